@@ -1,0 +1,31 @@
+# All set-up happens here: a fresh machine needs only python3 (>= 3.10) and make.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of PyTorch; a GPU machine can set TORCH_SPEC to its own build.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install demo test test-fast benchmark
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev,notebooks]"
+	touch $@
+
+install: $(VENV)/.installed
+
+# The README's main job.
+demo: install
+	$(VENV)/bin/blindheads blindness --heads 9 --context 2048 --dtype bfloat16
+
+# The README's test command: the whole suite, slow tests included (CI runs this).
+test: install
+	$(PY) -m pytest -n 2 --durations=15
+
+# The everyday suite: skips tests marked slow.
+test-fast: install
+	$(PY) -m pytest -n 2 -m "not slow"
+
+benchmark: install
+	$(PY) benchmarks/decoder_throughput.py

@@ -1,0 +1,3 @@
+from blindheads.cli import main
+
+main()

@@ -1,0 +1,20 @@
+"""The ``blindheads`` command: one subcommand per job."""
+
+from __future__ import annotations
+
+import sys
+
+from blindheads.cli import blindness
+
+COMMANDS = {"blindness": blindness.main}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        given = f"unknown command {argv[0]!r}; " if argv and argv[0] not in ("-h", "--help") else ""
+        sys.exit(f"{given}usage: blindheads {{{','.join(COMMANDS)}}} [options]")
+    try:
+        COMMANDS[argv[0]](argv[1:])
+    except (ValueError, FileNotFoundError) as error:  # bad input: the message names the value and the choices
+        sys.exit(f"blindheads {argv[0]}: error: {error}")

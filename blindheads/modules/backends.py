@@ -1,0 +1,82 @@
+"""Attention kernels. Each takes q, k, v shaped (batch, heads, length, head_dim) with k and v possibly carrying
+fewer (grouped) heads, and the position stack that builds the logits.
+
+- ``flex``: compiled FlexAttention with the stack as ``score_mod`` and a cached ``block_mask`` (masked blocks are
+  skipped). The GPU path; on CPU it runs forward only, as PyTorch implements no FlexAttention backward there.
+- ``sdpa``: ``scaled_dot_product_attention`` with the bias materialised as an additive mask once per forward and
+  shared by all layers. Soft caps are not additive, so with one in the stack this backend computes like ``eager``.
+- ``eager``: explicit logits and softmax in a chosen dtype; the weights pass through an ``AttentionWeights`` module
+  so hooks (probes, the underflow monitor) can read them.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+from blindheads.modules.position.base import PositionStack
+
+BACKENDS = ("auto", "flex", "sdpa", "eager")
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; valid: {', '.join(BACKENDS)}")
+    if name == "auto":
+        return "flex" if device.type == "cuda" else "sdpa"
+    return name
+
+
+class AttentionWeights(nn.Module):
+    """The softmax of the eager backend, as a module so forward hooks see the weights it returns."""
+
+    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, logits: Tensor) -> Tensor:
+        return torch.softmax(logits.to(self.dtype), dim=-1)
+
+
+def _expand_kv(q: Tensor, kv: Tensor) -> Tensor:
+    return kv.repeat_interleave(q.shape[1] // kv.shape[1], dim=1)
+
+
+def eager_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, weights: AttentionWeights) -> Tensor:
+    k, v = _expand_kv(q, k), _expand_kv(q, v)
+    scores = (q @ k.transpose(-2, -1)).to(weights.dtype) / math.sqrt(q.shape[-1])
+    h, q_idx, kv_idx = stack.index_grid(q.shape[-2], k.shape[-2], q.device)
+    logits = stack.score_mod(scores, None, h, q_idx, kv_idx)
+    logits = logits.masked_fill(~stack.mask_mod(None, h, q_idx, kv_idx), -math.inf)
+    return weights(logits).to(v.dtype) @ v
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, bias: Tensor | None) -> Tensor:
+    """``bias`` is ``stack.dense_bias(...)``, or ``None`` when the stack needs only causality."""
+    mask = None if bias is None else bias.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bias is None, enable_gqa=True)
+
+
+@lru_cache(maxsize=1)
+def _compiled_flex_attention():
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_block_mask(stack: PositionStack, length: int, device: torch.device) -> BlockMask:
+    # FlexAttention tells mask_mod from score_mod by counting arguments: pass plain functions, not bound methods.
+    def mask_mod(b, h, q_idx, kv_idx):
+        return stack.mask_mod(b, h, q_idx, kv_idx)
+
+    return create_block_mask(mask_mod, None, None, length, length, device=device)
+
+
+def flex(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, block_mask: BlockMask) -> Tensor:
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return stack.score_mod(score, b, h, q_idx, kv_idx)
+
+    return _compiled_flex_attention()(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True)

@@ -1,0 +1,112 @@
+"""A Llama-style decoder whose position handling is a swappable ``PositionStack``. Readable top to bottom."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from blindheads.blindness import resolve_dtype
+from blindheads.modules import backends
+from blindheads.modules.config import DecoderConfig
+from blindheads.modules.position import PositionStack, build_position
+
+
+class Attention(nn.Module):
+    """Causal self-attention with grouped KV heads; the logits come from the shared position stack."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_size = config.num_heads, config.num_kv_heads, config.head_size
+        self.q_proj = nn.Linear(config.hidden_size, config.num_heads * config.head_size, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_kv_heads * config.head_size, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_kv_heads * config.head_size, bias=False)
+        self.o_proj = nn.Linear(config.num_heads * config.head_size, config.hidden_size, bias=False)
+        self.weights = backends.AttentionWeights(resolve_dtype(config.softmax_dtype))
+
+    def forward(self, x: Tensor, position: PositionStack, backend: str, prepared) -> Tensor:
+        batch, length, _ = x.shape
+        q = self.q_proj(x).view(batch, length, self.num_heads, self.head_size).transpose(1, 2)
+        k = self.k_proj(x).view(batch, length, self.num_kv_heads, self.head_size).transpose(1, 2)
+        v = self.v_proj(x).view(batch, length, self.num_kv_heads, self.head_size).transpose(1, 2)
+        q, k = position.rotate(q, k)
+        if backend == "flex":
+            y = backends.flex(q, k, v, position, prepared)
+        elif backend == "sdpa" and position.is_additive:
+            y = backends.sdpa_attention(q, k, v, position, prepared)
+        else:
+            y = backends.eager_attention(q, k, v, position, self.weights)
+        return self.o_proj(y.transpose(1, 2).reshape(batch, length, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.mlp_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.mlp_size, bias=False)
+        self.down_proj = nn.Linear(config.mlp_size, config.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.mlp = SwiGLU(config)
+
+    def forward(self, x: Tensor, position: PositionStack, backend: str, prepared) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), position, backend, prepared)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Decoder(nn.Module):
+    """Token embedding, ``num_layers`` pre-norm blocks, final RMSNorm, (tied) LM head.
+
+    One position stack serves every layer, so its bias or block mask is built once per forward.
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        backends.resolve_backend(config.attention, torch.device("cpu"))  # fail early on an unknown name
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position = build_position(
+            config.position, config.num_heads, config.context_length, config.dtype, config.threshold
+        )
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def backend_for(self, device: torch.device) -> str:
+        return backends.resolve_backend(self.config.attention, device)
+
+    def _prepare(self, backend: str, length: int, device: torch.device):
+        """What every layer's kernel shares: the dense bias (sdpa) or the block mask (flex)."""
+        if backend == "flex":
+            return backends.flex_block_mask(self.position, length, device)
+        if backend == "sdpa" and self.position.is_additive and not self.position.is_causal_only:
+            return self.position.dense_bias(length, length, device)
+        return None
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        """Logits (batch, length, vocab) for token ids (batch, length)."""
+        backend = self.backend_for(input_ids.device)
+        prepared = self._prepare(backend, input_ids.shape[1], input_ids.device)
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x, self.position, backend, prepared)
+        return self.lm_head(self.norm(x))

@@ -1,0 +1,26 @@
+"""Swappable, composable position handling for attention (see ``base`` for how components compose)."""
+
+from blindheads.modules.position.alibi import ALiBi
+from blindheads.modules.position.base import PositionComponent, PositionStack
+from blindheads.modules.position.clamp import Clamp
+from blindheads.modules.position.log_distance import LogDistance
+from blindheads.modules.position.nope import NoPE
+from blindheads.modules.position.registry import COMPONENTS, PositionSpec, build_position
+from blindheads.modules.position.rope import RoPE
+from blindheads.modules.position.sliding_window import SlidingWindow
+from blindheads.modules.position.soft_cap import SoftCap
+
+__all__ = [
+    "ALiBi",
+    "COMPONENTS",
+    "Clamp",
+    "LogDistance",
+    "NoPE",
+    "PositionComponent",
+    "PositionSpec",
+    "PositionStack",
+    "RoPE",
+    "SlidingWindow",
+    "SoftCap",
+    "build_position",
+]

@@ -1,0 +1,60 @@
+"""Attention with Linear Biases."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from blindheads.modules.position.base import PositionComponent
+from blindheads.modules.position.slopes import resolve_slopes
+
+
+class ALiBi(PositionComponent):
+    """ALiBi (Press et al.): ``bias = -m_h * d`` for a key ``d`` tokens back.
+
+    ``slopes`` is a scheme name (``press``, ``mpt``, ``steep``, ``safe``, ``wide``, ``robust``) or one slope per
+    head; ``blind_distances`` instead picks slopes so head h goes blind ``D_h`` tokens back in ``dtype`` under
+    ``threshold``. With ``learnable=True`` the log-slopes are trained (slopes stay positive).
+    """
+
+    def __init__(
+        self,
+        slopes: str | list[float] = "press",
+        *,
+        num_heads: int,
+        context_length: int = 2048,
+        blind_distances: list[float] | None = None,
+        alibi_bias_max: float = 8.0,
+        dtype: str = "bfloat16",
+        threshold: str = "normal",
+        learnable: bool = False,
+    ) -> None:
+        super().__init__()
+        self.scheme = slopes if isinstance(slopes, str) and blind_distances is None else "explicit"
+        initial = resolve_slopes(
+            slopes,
+            num_heads,
+            context_length,
+            alibi_bias_max=alibi_bias_max,
+            blind_distances=blind_distances,
+            dtype=dtype,
+            threshold=threshold,
+        ).to(torch.float32)
+        self.learnable = learnable
+        if learnable:
+            self.log_slopes = nn.Parameter(initial.log())
+        else:
+            self.register_buffer("fixed_slopes", initial)
+
+    @property
+    def slopes(self) -> Tensor:
+        return self.log_slopes.exp() if self.learnable else self.fixed_slopes
+
+    def bias(self, d: Tensor, h: Tensor) -> Tensor:
+        return -self.slopes[h] * d
+
+    def inverse_bias(self, bias: Tensor, h: Tensor) -> Tensor:
+        return -bias / self.slopes[h].to(bias.dtype)
+
+    def extra_repr(self) -> str:
+        return f"scheme={self.scheme}, learnable={self.learnable}"

@@ -1,0 +1,192 @@
+"""The contract every position component follows, and the stack that composes them.
+
+A component changes one or more stages of how an attention logit is built; every stage it leaves alone is the
+identity. With ``d = q_idx - kv_idx`` (the distance back to the key) the stack computes, for each head ``h``::
+
+    q, k   <- rotate(q, k)                          # RoPE
+    d      <- distance(d)                           # log-scaled distances
+    bias   <- sum of bias(d, h)                     # ALiBi
+    bias   <- limit_bias(bias)                      # clamping
+    logit  <- logits(scores(q.k / sqrt(D)) + bias)  # soft capping, before or after the bias
+    masked <- not allowed(q_idx, kv_idx)            # causality, sliding windows
+
+The stage functions take broadcastable tensors, so one definition serves FlexAttention's ``score_mod`` (0-d index
+tensors) and the materialised bias of the SDPA and eager backends (index grids). For the blindness calculator each
+stage that changes the bias also has an inverse, so a head's blindness distance has a closed form.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class PositionComponent(nn.Module):
+    """One piece of position handling. Subclasses override the stages they change and their inverses."""
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return q, k
+
+    def distance(self, d: Tensor) -> Tensor:
+        return d
+
+    def inverse_distance(self, d: Tensor) -> Tensor:
+        return d
+
+    def bias(self, d: Tensor, h: Tensor) -> Tensor | None:
+        return None
+
+    def inverse_bias(self, bias: Tensor, h: Tensor) -> Tensor:
+        """The transformed distance at which this head's bias equals ``bias``."""
+        raise NotImplementedError
+
+    def limit_bias(self, bias: Tensor) -> Tensor:
+        return bias
+
+    def inverse_limit_bias(self, bias: Tensor) -> Tensor:
+        """The bias before limiting that gives ``bias``; ``-inf`` where no bias can (the limit is never reached)."""
+        return bias
+
+    def scores(self, s: Tensor) -> Tensor:
+        return s
+
+    def logits(self, s: Tensor) -> Tensor:
+        return s
+
+    def inverse_logits(self, s: Tensor) -> Tensor:
+        return s
+
+    def allowed(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor | None:
+        return None
+
+    def window(self) -> float:
+        """Keys this far back or further are masked out; ``inf`` for no window."""
+        return math.inf
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+_INVERSES = {"distance": "inverse_distance", "limit_bias": "inverse_limit_bias", "logits": "inverse_logits"}
+
+
+def _overrides(component: PositionComponent, method: str) -> bool:
+    return getattr(type(component), method) is not getattr(PositionComponent, method)
+
+
+class PositionStack(nn.Module):
+    """An ordered list of position components, applied stage by stage (see the module docstring)."""
+
+    def __init__(self, components: list[PositionComponent], num_heads: int) -> None:
+        super().__init__()
+        self.components = nn.ModuleList(components)
+        self.num_heads = num_heads
+
+    def __iter__(self):
+        return iter(self.components)
+
+    def __len__(self) -> int:
+        return len(self.components)
+
+    @property
+    def has_bias(self) -> bool:
+        return any(_overrides(c, "bias") for c in self)
+
+    @property
+    def is_additive(self) -> bool:
+        """Whether the logit is q.k plus a score-independent bias, so SDPA can take it as an additive mask."""
+        return not any(_overrides(c, "scores") or _overrides(c, "logits") for c in self)
+
+    @property
+    def is_causal_only(self) -> bool:
+        """Whether attention needs nothing but a causal mask (NoPE, RoPE): the fastest kernels apply."""
+        return not self.has_bias and self.is_additive and not any(_overrides(c, "allowed") for c in self)
+
+    def window(self) -> float:
+        return min((c.window() for c in self), default=math.inf)
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        for c in self:
+            q, k = c.rotate(q, k)
+        return q, k
+
+    def bias_of_distance(self, d: Tensor, h: Tensor) -> Tensor:
+        """The limited bias at (already causal, non-negative) distance ``d`` for head ``h``."""
+        for c in self:
+            d = c.distance(d)
+        bias = torch.zeros_like(d)
+        for c in self:
+            b = c.bias(d, h)
+            if b is not None:
+                bias = bias + b
+        for c in self:
+            bias = c.limit_bias(bias)
+        return bias
+
+    def logit(self, score: Tensor, bias: Tensor) -> Tensor:
+        for c in self:
+            score = c.scores(score)
+        logit = score + bias
+        for c in self:
+            logit = c.logits(logit)
+        return logit
+
+    def score_mod(self, score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        """FlexAttention's ``score_mod``; also applied to whole index grids by the other backends."""
+        d = (q_idx - kv_idx).clamp_min(0).to(torch.float32)
+        return self.logit(score, self.bias_of_distance(d, h))
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        allowed = q_idx >= kv_idx
+        for c in self:
+            extra = c.allowed(q_idx, kv_idx)
+            if extra is not None:
+                allowed = allowed & extra
+        return allowed
+
+    def index_grid(self, q_len: int, kv_len: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """Head, query and key indices shaped to broadcast to (heads, q_len, kv_len); queries end at the last key."""
+        h = torch.arange(self.num_heads, device=device)[:, None, None]
+        q_idx = torch.arange(kv_len - q_len, kv_len, device=device)[None, :, None]
+        kv_idx = torch.arange(kv_len, device=device)[None, None, :]
+        return h, q_idx, kv_idx
+
+    def dense_bias(self, q_len: int, kv_len: int, device: torch.device) -> Tensor:
+        """The additive bias with ``-inf`` at masked keys, shaped (heads, q_len, kv_len), in float32."""
+        h, q_idx, kv_idx = self.index_grid(q_len, kv_len, device)
+        zero = torch.zeros((), device=device)
+        bias = self.score_mod(zero, zero, h, q_idx, kv_idx)
+        bias = bias.expand(self.num_heads, q_len, kv_len)
+        return bias.masked_fill(~self.mask_mod(zero, h, q_idx, kv_idx), -math.inf)
+
+    def inverse_bias_logit(self, logit: Tensor) -> Tensor:
+        """Per head, the distance at which the bias-only logit (q.k = 0) equals ``logit``; ``inf`` if never.
+
+        Raises ``NotImplementedError`` when a component has no closed-form inverse.
+        """
+        for c in self:
+            for stage, inverse in _INVERSES.items():
+                if _overrides(c, stage) and not _overrides(c, inverse):
+                    raise NotImplementedError(f"{type(c).__name__}.{stage} has no {inverse}")
+        h = torch.arange(self.num_heads)
+        target = logit.to(torch.float64).expand(self.num_heads).clone()
+        for c in reversed(self.components):
+            target = c.inverse_logits(target)
+        bias = target  # q.k = 0, and every score transform keeps 0 at 0
+        for c in reversed(self.components):
+            bias = c.inverse_limit_bias(bias)
+        biased = [c for c in self if _overrides(c, "bias")]
+        if not biased:
+            return torch.full((self.num_heads,), math.inf, dtype=torch.float64)
+        if len(biased) > 1:
+            raise NotImplementedError("no closed form for several bias components")
+        unreachable = ~torch.isfinite(bias)
+        d = biased[0].inverse_bias(torch.where(unreachable, torch.zeros_like(bias), bias), h)
+        for c in reversed(self.components):
+            d = c.inverse_distance(d)
+        return torch.where(unreachable, torch.full_like(d, math.inf), d)
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}"

@@ -1,0 +1,126 @@
+"""Build a position stack from a short spec (``"alibi(wide)+clamp+log_distance"``) or from YAML entries.
+
+A YAML entry is a short spec string, ``{name: {kwargs}}``, or ``{class_path: ..., init_args: {...}}``. Facts
+the model knows (``num_heads``, ``context_length``, the training ``dtype`` and ``threshold`` mode) are passed to every
+component whose constructor takes them, unless the spec sets them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+from typing import Any, Union
+
+from blindheads.modules.position.alibi import ALiBi
+from blindheads.modules.position.base import PositionComponent, PositionStack
+from blindheads.modules.position.clamp import Clamp
+from blindheads.modules.position.log_distance import LogDistance
+from blindheads.modules.position.nope import NoPE
+from blindheads.modules.position.rope import RoPE
+from blindheads.modules.position.sliding_window import SlidingWindow
+from blindheads.modules.position.soft_cap import SoftCap
+
+COMPONENTS: dict[str, type[PositionComponent]] = {
+    "nope": NoPE,
+    "rope": RoPE,
+    "alibi": ALiBi,
+    "clamp": Clamp,
+    "log_distance": LogDistance,
+    "soft_cap": SoftCap,
+    "sliding_window": SlidingWindow,
+}
+
+PositionSpec = Union[str, list[Union[str, dict[str, Any]]]]
+
+_TERM = re.compile(r"^\s*(?P<name>\w+)\s*(?:\((?P<args>.*)\))?\s*$")
+
+
+def _value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _split_top_level(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside brackets, so ``alibi([0.5, 0.25])+clamp`` splits in two."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def parse_term(term: str) -> tuple[str, list[Any], dict[str, Any]]:
+    """``"soft_cap(20, where=before)"`` -> ``("soft_cap", [20], {"where": "before"})``."""
+    match = _TERM.match(term)
+    if not match:
+        raise ValueError(f"cannot parse position component {term!r}; expected NAME or NAME(ARGS)")
+    args, kwargs = [], {}
+    for arg in _split_top_level(match["args"] or "", ","):
+        if not arg.strip():
+            continue
+        key, eq, value = arg.partition("=")
+        if eq and key.strip().isidentifier():
+            kwargs[key.strip()] = _value(value.strip())
+        else:
+            args.append(_value(arg.strip()))
+    return match["name"], args, kwargs
+
+
+def _component_class(name: str) -> type[PositionComponent]:
+    if "." in name:
+        module, _, attr = name.rpartition(".")
+        cls = getattr(importlib.import_module(module), attr, None)
+        if not (isinstance(cls, type) and issubclass(cls, PositionComponent)):
+            raise ValueError(f"class_path {name!r} is not a PositionComponent")
+        return cls
+    if name not in COMPONENTS:
+        raise ValueError(f"unknown position component {name!r}; valid: {', '.join(COMPONENTS)}")
+    return COMPONENTS[name]
+
+
+def _instantiate(name: str, args: list, kwargs: dict, model_facts: dict[str, Any]) -> PositionComponent:
+    cls = _component_class(name)
+    accepted = inspect.signature(cls).parameters
+    facts = {k: v for k, v in model_facts.items() if k in accepted and k not in kwargs}
+    try:
+        return cls(*args, **kwargs, **facts)
+    except TypeError as error:
+        valid = [p for p in accepted if p not in model_facts]
+        raise ValueError(f"bad arguments for position component {name!r}: {error}; it takes {valid}") from None
+
+
+def _entries(spec: PositionSpec) -> list[tuple[str, list, dict]]:
+    if isinstance(spec, str):
+        return [parse_term(term) for term in _split_top_level(spec, "+")]
+    entries = []
+    for item in spec:
+        if isinstance(item, str):
+            entries.extend(_entries(item))
+        elif isinstance(item, dict) and "class_path" in item:
+            entries.append((item["class_path"], [], dict(item.get("init_args") or {})))
+        elif isinstance(item, dict) and len(item) == 1:
+            (name, kwargs), = item.items()
+            entries.append((name, [], dict(kwargs or {})))
+        else:
+            raise ValueError(f"cannot read position entry {item!r}; use 'NAME(ARGS)', {{NAME: {{...}}}} or class_path")
+    return entries
+
+
+def build_position(
+    spec: PositionSpec, num_heads: int, context_length: int, dtype: str = "bfloat16", threshold: str = "normal"
+) -> PositionStack:
+    """The position stack for ``spec``, for a model with ``num_heads`` heads trained on ``context_length`` tokens
+    with attention in ``dtype`` on kernels of the given ``threshold`` mode."""
+    facts = {"num_heads": num_heads, "context_length": context_length, "dtype": dtype, "threshold": threshold}
+    components = [_instantiate(name, args, kwargs, facts) for name, args, kwargs in _entries(spec)]
+    if not components:
+        raise ValueError(f"empty position spec {spec!r}; valid components: {', '.join(COMPONENTS)}")
+    return PositionStack(components, num_heads)

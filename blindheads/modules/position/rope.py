@@ -1,0 +1,41 @@
+"""Rotary position embeddings."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from blindheads.modules.position.base import PositionComponent
+
+
+class RoPE(PositionComponent):
+    """RoPE (Su et al.): rotate each pair ``(x_i, x_{i+D/2})`` of q and k by ``pos * theta^(-2i/D)``.
+
+    The logit then depends on ``q_idx - kv_idx`` only through the rotation; no additive bias, so RoPE never makes
+    a weight underflow by itself.
+    """
+
+    def __init__(self, theta: float = 10000.0) -> None:
+        super().__init__()
+        if theta <= 1:
+            raise ValueError(f"rope theta must be > 1, got {theta}")
+        self.theta = theta
+
+    def _cos_sin(self, length: int, dim: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        inv_freq = self.theta ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+        angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        return angles.cos(), angles.sin()
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        cos, sin = self._cos_sin(q.shape[-2], q.shape[-1], q.device)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+    def extra_repr(self) -> str:
+        return f"theta={self.theta}"
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x.float() * cos + rotated_half.float() * sin).to(x.dtype)

@@ -1,0 +1,69 @@
+"""``blindheads blindness`` through the console entry point."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from blindheads.blindness import tau
+from blindheads.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "blindheads", "blindness", *args], capture_output=True, text=True)
+
+
+def test_json_output_has_the_documented_keys(capsys):
+    main(["blindness", "--heads", "8", "--context", "1024", "--dtype", "float32", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["tau"] == pytest.approx(tau("float32"))
+    assert len(report["heads"]) == 8
+    head = report["heads"][0]
+    assert set(head) == {"slope", "blind_distance", "underflow_last_query", "underflow_all_pairs"}
+    assert head["slope"] == pytest.approx(0.5) and head["blind_distance"] == pytest.approx(tau("float32") / 0.5)
+    assert report["heads"][-1]["blind_distance"] > 1024 and report["heads"][-1]["underflow_last_query"] == 0
+    assert 0 <= report["underflow_all_pairs"] <= report["underflow_last_query"] <= 1
+
+
+def test_threshold_and_bias_change_the_answer(capsys):
+    main(["blindness", "--heads", "4", "--context", "512", "--dtype", "float16", "--threshold", "subnormal",
+          "--bias", "alibi(wide)+clamp", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["tau"] == pytest.approx(tau("float16", "subnormal"))
+    assert report["underflow_last_query"] == 0.0  # the clamp, at float16's floor, keeps every head sighted
+    assert all(math.isinf(head["blind_distance"]) for head in report["heads"])
+
+
+def test_config_file(tmp_path, capsys):
+    path = tmp_path / "m.yaml"
+    path.write_text("model:\n  decoder:\n    preset: tiny\n    position: alibi(steep)\n")
+    main(["blindness", "--config", str(path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["heads"]) == 4 and report["context"] == 128
+    assert report["heads"][0]["blind_distance"] == pytest.approx(128, rel=1e-6)
+
+
+def test_table_through_the_entry_point():
+    result = run("--heads", "9", "--context", "2048")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "tau: 87.3365" in lines[0] and len(lines) == 2 + 9 + 1
+    assert lines[-1].startswith("mean")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--heads", "4", "--bias", "alibix"], "unknown position component 'alibix'; valid: nope, rope, alibi"),
+        (["--heads", "4", "--dtype", "int8"], "invalid choice: 'int8'"),
+        (["--context", "10"], "give --heads"),
+        (["--config", "/no/such.yaml"], "does not exist"),
+    ],
+)
+def test_bad_input_is_a_clear_error(args, message):
+    result = run(*args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
