@@ -1,0 +1,172 @@
+"""The FineWeb-Edu DataModule: the same token windows, in the same order, for every run of a config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from blindheads.datamodules.sources import SOURCES, DataFiles, data_files, stream_documents
+from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
+from blindheads.datamodules.windows import TokenWindows, collate_windows
+
+
+class FineWebEdu(L.LightningDataModule):
+    """Token windows of ``seq_len + 1`` tokens from FineWeb-Edu (``source="hub"``), local files (``"files"``) or the
+    offline builtin corpus (``"builtin"``).
+
+    The order is fixed by the files, ``shuffle_files_seed`` (``None``: no shuffling), the world size and
+    ``num_workers``: the same config on the same world size and worker count gives the same windows on any machine.
+    Validation uses the first ``val_windows`` windows of the held-out file(s), which training never reads.
+    The data position of every rank is saved in checkpoints and restored on resume.
+    """
+
+    def __init__(
+        self,
+        source: str = "hub",
+        files: list[str] | None = None,
+        validation_files: list[str] | None = None,
+        hub_name: str = "HuggingFaceFW/fineweb-edu",
+        hub_config: str = "sample-10BT",
+        text_column: str = "text",
+        tokenizer: str = "HuggingFaceTB/SmolLM-135M",
+        builtin_vocab_size: int = 4096,
+        seq_len: int = 2048,
+        batch_size: int = 8,
+        num_workers: int = 2,
+        val_windows: int = 64,
+        shuffle_files_seed: int | None = None,
+        cache_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        if source not in SOURCES:
+            raise ValueError(f"unknown data source {source!r}; valid: {', '.join(SOURCES)}")
+        for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("val_windows", val_windows)):
+            if value < 1:
+                raise ValueError(f"data.{name} must be >= 1, got {value}")
+        if num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        self.save_hyperparameters()
+        self.source, self.files_arg, self.validation_files = source, files, validation_files
+        self.hub_name, self.hub_config, self.text_column = hub_name, hub_config, text_column
+        self.tokenizer_name, self.builtin_vocab_size = tokenizer, builtin_vocab_size
+        self.seq_len, self.batch_size, self.num_workers, self.val_windows = seq_len, batch_size, num_workers, val_windows
+        self.shuffle_files_seed = shuffle_files_seed
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.tokenizer = None
+        self.files: DataFiles | None = None
+        self._resume: dict[str, Any] | None = None  # this rank's stream positions, once consumed or restored
+        self._validation: torch.Tensor | None = None
+        self._documents: dict[str, Any] = {}
+
+    # --- setup -----------------------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Build the builtin corpus and tokenizer once per node, before any rank reads them."""
+        self._resolve_files()
+        load_tokenizer(self.tokenizer_name, self.cache_dir, self.builtin_vocab_size)
+
+    def _resolve_files(self) -> DataFiles:
+        return data_files(
+            self.source, self.files_arg, self.validation_files, self.hub_name, self.hub_config, self.cache_dir,
+            self.shuffle_files_seed,
+        )
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.files is None:
+            self.files = self._resolve_files()
+            self.tokenizer = load_tokenizer(self.tokenizer_name, self.cache_dir, self.builtin_vocab_size)
+            self._documents = {
+                split: stream_documents(files, self.files.format, self.text_column)
+                for split, files in (("train", self.files.train), ("validation", self.files.validation))
+            }
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary, rounded up to a multiple of 64 (faster matrix multiplies)."""
+        tokenizer = self.tokenizer or load_tokenizer(self.tokenizer_name, self.cache_dir, self.builtin_vocab_size)
+        return -(-len(tokenizer) // 64) * 64
+
+    def _rank_and_world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _windows(self, split: str, *, repeat: bool, resume: dict | None) -> TokenWindows:
+        rank, world = self._rank_and_world() if split == "train" else (0, 1)
+        return TokenWindows(
+            self._documents[split],
+            self.tokenizer.backend_tokenizer,
+            self.tokenizer.eos_token_id,
+            self.seq_len,
+            self.text_column,
+            rank=rank,
+            world_size=world,
+            repeat=repeat,
+            resume=resume,
+        )
+
+    # --- loaders ---------------------------------------------------------------------------------------------
+    def train_dataloader(self) -> DataLoader:
+        self.setup()
+        windows = self._windows("train", repeat=True, resume=self._resume)
+        return DataLoader(
+            windows, batch_size=self.batch_size, num_workers=self.num_workers, collate_fn=collate_windows,
+            persistent_workers=False, pin_memory=torch.cuda.is_available(),
+        )
+
+    def validation_windows(self) -> torch.Tensor:
+        """The fixed held-out windows, identical on every rank and run: shape (val_windows, seq_len + 1)."""
+        self.setup()
+        if self._validation is None:
+            windows = []
+            for item in self._windows("validation", repeat=False, resume=None):
+                windows.append(item["input_ids"])
+                if len(windows) == self.val_windows:
+                    break
+            if len(windows) < self.val_windows:
+                raise ValueError(
+                    f"the held-out file(s) {list(self.files.validation)} hold {len(windows)} windows of "
+                    f"{self.seq_len + 1} tokens, fewer than data.val_windows={self.val_windows}"
+                )
+            self._validation = torch.stack(windows)
+        return self._validation
+
+    def val_dataloader(self) -> DataLoader:
+        # A map-style dataset: under DDP, Lightning's distributed sampler gives each rank its share.
+        return DataLoader(self.validation_windows(), batch_size=self.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.val_dataloader()
+
+    # --- position tracking and exact resume ------------------------------------------------------------------
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Training batches carry their stream position: record it as consumed, hand the model the tokens."""
+        if isinstance(batch, dict) and "state" in batch:
+            num_streams = max(self.num_workers, 1)
+            resume = self._resume or {"next_stream": 0, "streams": {}}
+            self._resume = {
+                "next_stream": (batch["stream"] + 1) % num_streams,
+                "streams": {**resume["streams"], batch["stream"]: batch["state"]},
+            }
+            return batch["input_ids"]
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every rank's position (Lightning saves only rank 0's datamodule state, so gather them all here)."""
+        rank, world = self._rank_and_world()
+        positions = [self._resume]
+        if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            positions = [None] * world
+            torch.distributed.all_gather_object(positions, self._resume)
+        return {"world_size": world, "num_workers": self.num_workers, "ranks": positions}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        rank, world = self._rank_and_world()
+        if (state["world_size"], state["num_workers"]) != (world, self.num_workers):
+            raise ValueError(
+                f"the checkpoint's data order is for world size {state['world_size']} and "
+                f"{state['num_workers']} workers, this run has {world} and {self.num_workers}: resume with the same"
+            )
+        self._resume = state["ranks"][rank]

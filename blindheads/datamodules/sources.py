@@ -1,0 +1,109 @@
+"""Where documents come from: the Hugging Face Hub, local files, or the builtin corpus, all read by one code path
+(``datasets`` streaming over a list of data files). The last data file is held out for validation."""
+
+from __future__ import annotations
+
+import glob
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+
+from blindheads.datamodules.builtin_corpus import write_builtin_corpus
+
+SOURCES = ("hub", "files", "builtin")
+FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".txt": "text"}
+
+
+@dataclass(frozen=True)
+class DataFiles:
+    """The files a run reads, in their fixed order: training files and the held-out validation file(s)."""
+
+    train: tuple[str, ...]
+    validation: tuple[str, ...]
+    format: str
+
+
+def _format_of(files: list[str]) -> str:
+    suffixes = {"".join(s for s in Path(f.removesuffix(".gz")).suffixes[-1:]) for f in files}
+    formats = {FORMATS.get(suffix) for suffix in suffixes}
+    if None in formats or len(formats) != 1:
+        raise ValueError(f"data files must all be one of {sorted(FORMATS)} (optionally .gz); got suffixes {sorted(suffixes)}")
+    return formats.pop()
+
+
+def expand_files(patterns: list[str] | str) -> list[str]:
+    """Local files or globs, sorted within each pattern; a pattern matching nothing is an error."""
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    if not patterns:
+        raise ValueError("source 'files' needs at least one path or glob in data.files")
+    files = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(str(Path(pattern).expanduser()), recursive=True))
+        if not matches:
+            raise FileNotFoundError(f"no files match {pattern!r}")
+        files += matches
+    return files
+
+
+def hub_files(name: str, config: str) -> list[str]:
+    """The data files of a Hub dataset config (``hf://`` paths), resolved without downloading them."""
+    try:
+        builder = datasets.load_dataset_builder(name, config)
+    except ValueError as error:  # datasets names the available configs
+        raise ValueError(f"unknown config {config!r} for {name}: {error}") from None
+    except (ConnectionError, OSError) as error:
+        raise ConnectionError(
+            f"cannot reach the Hugging Face Hub for {name} ({error.__class__.__name__}: {error}); "
+            "use data.source=files with downloaded shards, or data.source=builtin offline"
+        ) from None
+    return list(builder.config.data_files["train"])
+
+
+def data_files(
+    source: str,
+    files: list[str] | str | None = None,
+    validation_files: list[str] | str | None = None,
+    hub_name: str = "HuggingFaceFW/fineweb-edu",
+    hub_config: str = "sample-10BT",
+    cache_dir: str | Path = ".",
+    shuffle_files_seed: int | None = None,
+) -> DataFiles:
+    """Resolve a source to its files. Unless ``validation_files`` are given, the last file is held out."""
+    if source == "hub":
+        all_files = hub_files(hub_name, hub_config)
+    elif source == "files":
+        all_files = expand_files(files or [])
+    elif source == "builtin":
+        all_files = [str(path) for path in write_builtin_corpus(cache_dir)]
+    else:
+        raise ValueError(f"unknown data source {source!r}; valid: {', '.join(SOURCES)}")
+    if validation_files:
+        held_out = expand_files(validation_files)
+        train = [f for f in all_files if f not in held_out]
+    elif len(all_files) < 2:
+        raise ValueError(
+            f"source {source!r} has one file ({all_files[0]}); the last file is held out for validation, so give "
+            "at least two files or name the held-out ones in data.validation_files"
+        )
+    else:
+        train, held_out = all_files[:-1], all_files[-1:]
+    if shuffle_files_seed is not None:
+        random.Random(shuffle_files_seed).shuffle(train)
+    return DataFiles(tuple(train), tuple(held_out), _format_of(train + held_out))
+
+
+def stream_documents(files: tuple[str, ...], format: str, text_column: str) -> datasets.IterableDataset:
+    """A streaming dataset of the files' documents, keeping only ``text_column``; one shard per file."""
+    kwargs = {"sample_by": "document"} if format == "text" else {}
+    stream = datasets.load_dataset(format, data_files=list(files), split="train", streaming=True, **kwargs)
+    try:  # read the first document now, so an unreadable or empty source fails here, not in a worker
+        first = next(iter(stream.take(1)), None)
+    except Exception as error:
+        raise ValueError(f"cannot read {files[0]} as {format}: {error}") from None
+    if first is None:
+        raise ValueError(f"the data files {list(files)[:3]}... hold no documents: the source is empty")
+    if text_column not in first:
+        raise ValueError(f"text column {text_column!r} not found in {files[0]}; columns: {list(first)}")
+    return stream.select_columns([text_column])

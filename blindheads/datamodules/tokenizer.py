@@ -1,0 +1,67 @@
+"""Tokenizers: any Hugging Face tokenizer by name or path, or ``builtin``, a byte-level BPE trained offline on the
+builtin corpus and saved as a Hugging Face tokenizer directory, so both load through ``AutoTokenizer``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from blindheads.datamodules.builtin_corpus import builtin_documents
+
+BUILTIN = "builtin"
+EOS = "<|endoftext|>"
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("BLINDHEADS_CACHE", Path.home() / ".cache" / "blindheads"))
+
+
+def builtin_tokenizer_dir(cache_dir: str | Path, vocab_size: int) -> Path:
+    return Path(cache_dir) / f"builtin-tokenizer-{vocab_size}"
+
+
+def train_builtin_tokenizer(cache_dir: str | Path, vocab_size: int = 4096) -> Path:
+    """Train (once; written atomically) a byte-level BPE on the builtin corpus; its only special token is EOS."""
+    target = builtin_tokenizer_dir(cache_dir, vocab_size)
+    if target.exists():
+        return target
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator((text for _, text in builtin_documents()), trainer=trainer)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
+    PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=EOS).save_pretrained(staging)
+    try:
+        os.rename(staging, target)
+    except OSError:  # another process finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def resolve_tokenizer_path(name: str, cache_dir: str | Path, builtin_vocab_size: int = 4096) -> str:
+    return str(train_builtin_tokenizer(cache_dir, builtin_vocab_size)) if name == BUILTIN else name
+
+
+def load_tokenizer(name: str, cache_dir: str | Path, builtin_vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+    """The tokenizer ``name`` (hub name, local path, or ``builtin``); it must have an EOS token to separate documents."""
+    path = resolve_tokenizer_path(name, cache_dir, builtin_vocab_size)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as error:
+        raise ValueError(
+            f"cannot load tokenizer {name!r} ({error.__class__.__name__}); give a local tokenizer directory, "
+            f"'{BUILTIN}' for the offline tokenizer, or a Hugging Face Hub name with the Hub reachable"
+        ) from None
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"tokenizer {name!r} has no EOS token to separate documents")
+    return tokenizer

@@ -1,0 +1,187 @@
+"""The FineWeb-Edu DataModule: fixed order, disjoint and complete sharding, exact resume, packing, bad input."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.datamodules.sources import stream_documents
+from blindheads.datamodules.windows import TokenWindows, collate_windows
+from data_fixtures import MARKER, write_fineweb_parquet
+
+
+def make_datamodule(cache_dir, files=None, **kwargs):
+    options = dict(source="files" if files else "builtin", files=files, tokenizer="builtin", seq_len=32,
+                   batch_size=4, num_workers=0, val_windows=4, cache_dir=str(cache_dir))
+    dm = FineWebEdu(**{**options, **kwargs})
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def take(dm, count):
+    """The first ``count`` training batches, passed through the datamodule as Lightning does."""
+    return [dm.on_after_batch_transfer(b, 0) for b in itertools.islice(dm.train_dataloader(), count)]
+
+
+@pytest.fixture
+def parquet_files(tmp_path):
+    return [str(p) for p in write_fineweb_parquet(tmp_path / "fineweb", num_files=9, docs_per_file=40)]
+
+
+def test_same_config_same_windows(cache_dir, parquet_files):
+    first = take(make_datamodule(cache_dir, parquet_files, num_workers=2), 20)
+    second = take(make_datamodule(cache_dir, parquet_files, num_workers=2), 20)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert first[0].shape == (4, 33) and first[0].dtype == torch.long
+
+
+def test_builtin_source_is_deterministic_and_holds_out_a_file(cache_dir):
+    dm = make_datamodule(cache_dir)
+    assert len(dm.files.train) == 7 and len(dm.files.validation) == 1
+    assert dm.files.validation[0] not in dm.files.train
+    assert torch.equal(take(dm, 3)[2], take(make_datamodule(cache_dir), 3)[2])
+    assert dm.validation_windows().shape == (4, 33)
+
+
+def stream_token_lists(dm, rank, world, num_workers):
+    """Each stream's whole token sequence for one pass (windows overlap by one token)."""
+    windows = TokenWindows(
+        stream_documents(dm.files.train, dm.files.format, "text"), dm.tokenizer.backend_tokenizer,
+        dm.tokenizer.eos_token_id, dm.seq_len, rank=rank, world_size=world, repeat=False,
+    )
+    loader = DataLoader(windows, batch_size=1, num_workers=num_workers, collate_fn=collate_windows)
+    streams: dict[int, list[int]] = {}
+    for batch in loader:
+        tokens = batch["input_ids"][0].tolist()
+        previous = streams.setdefault(batch["stream"], [])
+        assert not previous or previous[-1] == tokens[0], "consecutive windows share one token"
+        previous.extend(tokens if not previous else tokens[1:])
+    return streams
+
+
+@pytest.mark.parametrize("num_files", [9, 3], ids=["files-per-stream", "fewer-files-than-streams"])
+def test_two_ranks_two_workers_cover_every_document_once(cache_dir, tmp_path, num_files):
+    files = [str(p) for p in write_fineweb_parquet(tmp_path / "f", num_files=num_files, docs_per_file=120 // (num_files - 1))]
+    dm = make_datamodule(cache_dir, files, seq_len=8)
+    seen = Counter()
+    for rank in range(2):
+        streams = stream_token_lists(dm, rank, world=2, num_workers=2)
+        assert len(streams) == 2
+        for tokens in streams.values():
+            numbers = MARKER.findall(dm.tokenizer.decode(tokens))
+            assert numbers, "every stream gets documents"
+            seen.update(numbers)
+    train_docs = {f"{n:05d}" for n in range(120 // (num_files - 1) * (num_files - 1))}
+    assert set(seen) == train_docs, "together the streams cover every training document"
+    assert max(seen.values()) == 1, "no document is read twice"
+
+
+def test_packing_keeps_every_token(cache_dir, parquet_files):
+    dm = make_datamodule(cache_dir, parquet_files, seq_len=16)
+    (tokens,) = stream_token_lists(dm, 0, 1, 0).values()
+    texts = [row["text"] for row in stream_documents(dm.files.train, "parquet", "text")]
+    expected = []
+    for text in texts:
+        expected += dm.tokenizer(text, add_special_tokens=False).input_ids + [dm.tokenizer.eos_token_id]
+    tail = (len(expected) - 1) % 16
+    assert tokens == expected[: len(expected) - tail], "the stream is the documents, EOS-separated, minus a short tail"
+    assert tail < 16
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_is_exact_twice(cache_dir, tmp_path, num_workers):
+    """Stop after batch 7, resume; stop the resumed run after 9 more, resume again: the windows equal an
+    uninterrupted run's, across document batches (64 documents) and epoch boundaries (about 31 batches)."""
+    parquet_files = [str(p) for p in write_fineweb_parquet(tmp_path, num_files=9, docs_per_file=20)]
+    uninterrupted = take(make_datamodule(cache_dir, parquet_files, num_workers=num_workers, seq_len=64), 60)
+    first = make_datamodule(cache_dir, parquet_files, num_workers=num_workers, seq_len=64)
+    take(first, 7)
+    second = make_datamodule(cache_dir, parquet_files, num_workers=num_workers, seq_len=64)
+    second.load_state_dict(first.state_dict())
+    resumed = take(second, 9)
+    third = make_datamodule(cache_dir, parquet_files, num_workers=num_workers, seq_len=64)
+    third.load_state_dict(second.state_dict())
+    resumed += take(third, 44)
+    assert len(resumed) == 53
+    for step, (a, b) in enumerate(zip(uninterrupted[7:], resumed), start=7):
+        assert torch.equal(a, b), f"batch {step} differs after resuming"
+    assert third.state_dict()["ranks"][0]["streams"][0]["epoch"] >= 1, "the test crossed an epoch"
+
+
+def test_resume_refuses_another_world_size(cache_dir, parquet_files):
+    dm = make_datamodule(cache_dir, parquet_files)
+    take(dm, 2)
+    state = dm.state_dict()
+    with pytest.raises(ValueError, match="world size 1 and 0 workers, this run has 1 and 2"):
+        make_datamodule(cache_dir, parquet_files, num_workers=2).load_state_dict(state)
+
+
+def test_validation_never_overlaps_training(cache_dir, parquet_files):
+    dm = make_datamodule(cache_dir, parquet_files, val_windows=8, seq_len=16)
+    validation = MARKER.findall(dm.tokenizer.decode(dm.validation_windows().flatten().tolist()))
+    (train_tokens,) = stream_token_lists(dm, 0, 1, 0).values()
+    training = MARKER.findall(dm.tokenizer.decode(train_tokens))
+    assert validation and not set(validation) & set(training)
+    assert torch.equal(dm.validation_windows(), make_datamodule(cache_dir, parquet_files, val_windows=8, seq_len=16).validation_windows())
+
+
+def test_jsonl_and_txt_sources_use_the_same_path(cache_dir, tmp_path):
+    for i in range(2):
+        (tmp_path / f"d{i}.jsonl").write_text("\n".join(f'{{"text": "doc {i}{j:04d} begins. the sky is blue."}}' for j in range(200)))
+        (tmp_path / f"d{i}.txt").write_text(" ".join(["the river flows past the old mill."] * 400))
+    for pattern in ("*.jsonl", "*.txt"):
+        dm = make_datamodule(cache_dir, [str(tmp_path / pattern)], seq_len=16)
+        assert take(dm, 1)[0].shape == (4, 17)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"source": "files", "files": ["/no/such/*.parquet"]}, FileNotFoundError, "no files match '/no/such/\\*.parquet'"),
+        ({"source": "files", "files": []}, ValueError, "needs at least one path"),
+        ({"source": "ftp"}, ValueError, "valid: hub, files, builtin"),
+        ({"seq_len": 0}, ValueError, "seq_len must be >= 1"),
+        ({"text_column": "content"}, ValueError, "text column 'content' not found .* columns: \\['text', 'id', 'dump'"),
+        ({"tokenizer": "/no/such/tokenizer"}, ValueError, "cannot load tokenizer '/no/such/tokenizer'"),
+    ],
+)
+def test_bad_input_fails_clearly(cache_dir, parquet_files, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        make_datamodule(cache_dir, **{"files": parquet_files, **kwargs})
+
+
+def test_a_single_file_needs_a_validation_file(cache_dir, parquet_files):
+    with pytest.raises(ValueError, match="held out for validation"):
+        make_datamodule(cache_dir, parquet_files[:1])
+    dm = make_datamodule(cache_dir, parquet_files[:1], validation_files=parquet_files[1:2])
+    assert dm.files.train == (parquet_files[0],)
+
+
+def test_an_empty_source_is_an_error_not_a_silent_epoch(cache_dir, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for i in range(2):
+        pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / f"empty-{i}.parquet")
+    with pytest.raises(ValueError, match="hold no documents|cannot read"):
+        make_datamodule(cache_dir, [str(tmp_path / "*.parquet")])
+    for i in range(2):
+        pq.write_table(pa.table({"text": ["only one document"]}), tmp_path / f"one-{i}.parquet")
+    dm = make_datamodule(cache_dir, [str(tmp_path / "one-*.parquet")])
+    windows = TokenWindows(dm._documents["train"], dm.tokenizer.backend_tokenizer, dm.tokenizer.eos_token_id, 8,
+                           rank=1, world_size=2)  # one training document, two ranks: rank 1 has none
+    with pytest.raises(ValueError, match="got no documents"):
+        next(iter(windows))
+
+
+def test_unreachable_hub_fails_clearly(cache_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("datasets.config.HF_HUB_OFFLINE", True)
+    with pytest.raises((ConnectionError, ValueError), match="fineweb-edu"):
+        make_datamodule(cache_dir, source="hub")
