@@ -6,7 +6,17 @@ import sys
 
 from blindheads.cli import blindness
 
-COMMANDS = {"blindness": blindness.main}
+
+def _lightning(subcommand: str):
+    def run(argv: list[str]) -> None:
+        from blindheads.training.cli import main as lightning_main  # Lightning loads only when needed
+
+        lightning_main([subcommand, *argv])
+
+    return run
+
+
+COMMANDS = {"blindness": blindness.main, **{name: _lightning(name) for name in ("fit", "validate", "test")}}
 
 
 def main(argv: list[str] | None = None) -> None:

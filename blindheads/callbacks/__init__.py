@@ -1,0 +1,1 @@
+"""Callbacks: throughput, per-head underflow, periodic retrieval evaluation."""

@@ -1,0 +1,33 @@
+"""The results file of ``blindheads test``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
+
+
+class ResultsFile(L.Callback):
+    """After ``test``, writes every logged metric (losses, evaluation summaries) to ``results.json`` in the log
+    directory, with the checkpoint it came from."""
+
+    def __init__(self, filename: str = "results.json") -> None:
+        self.filename = filename
+        self.path: Path | None = None
+
+    @rank_zero_only
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        metrics = {}
+        for key, value in sorted(trainer.callback_metrics.items()):
+            number = float(value)
+            metrics[key] = number if math.isfinite(number) else str(number)
+        self.path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        step = getattr(pl_module, "checkpoint_step", None)
+        step = trainer.global_step if step is None else step
+        results = {"ckpt_path": trainer.ckpt_path, "global_step": step, "metrics": metrics}
+        self.path.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"results: {self.path}")

@@ -1,0 +1,144 @@
+"""The LightningModule: a decoder trained with the causal LM loss and the SmolLM optimiser recipe."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import MeanMetric
+
+from blindheads.modules.config import DecoderConfig
+from blindheads.modules.decoder import Decoder
+from blindheads.modules.schedules import SCHEDULES, lr_multiplier
+
+
+class DecoderLM(L.LightningModule):
+    """Next-token prediction with AdamW (lr 3e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.01 on matrices) and a
+    ``cosine`` or ``wsd`` schedule whose length is ``trainer.max_steps``.
+
+    ``compile=True`` compiles each block (not the LightningModule, whose logging breaks graphs). ``vocab_size`` is
+    linked from the data module's tokenizer by the CLI.
+    """
+
+    def __init__(
+        self,
+        decoder: DecoderConfig = DecoderConfig(),
+        lr: float = 3e-3,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+        schedule: str = "cosine",
+        warmup_steps: int = 100,
+        decay_fraction: float = 0.2,
+        min_lr_ratio: float = 0.1,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+        self.save_hyperparameters()
+        self.decoder = Decoder(decoder)
+        if compile:
+            for i, block in enumerate(self.decoder.blocks):
+                self.decoder.blocks[i] = torch.compile(block)
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
+        self.tokens_seen = 0
+        self._batch_shape: torch.Size | None = None
+        self.checkpoint_step: int | None = None  # the training step of the loaded checkpoint (validate, test)
+
+    @property
+    def config(self) -> DecoderConfig:
+        return self.decoder.config
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return self.decoder(input_ids)
+
+    def loss(self, windows: Tensor) -> Tensor:
+        """Mean next-token cross-entropy of windows (batch, seq_len + 1)."""
+        logits = self(windows[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
+
+    # --- training ----------------------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        seq_len = getattr(datamodule, "seq_len", None)
+        if seq_len is not None and seq_len > self.config.context_length:
+            raise ValueError(
+                f"data.seq_len={seq_len} is longer than the model's context_length={self.config.context_length}: "
+                "lower data.seq_len or raise model.decoder.context_length"
+            )
+
+    def training_step(self, windows: Tensor, batch_idx: int) -> Tensor:
+        loss = self.loss(windows)
+        if self.trainer.strategy.reduce_boolean_decision(not torch.isfinite(loss).item(), all=False):
+            raise FloatingPointError(
+                f"non-finite training loss at step {self.global_step} (batch {batch_idx}); training stopped, the "
+                "checkpoints written before this step are untouched"
+            )
+        self._batch_shape = windows[:, 1:].shape
+        self.tokens_seen += windows[:, 1:].numel() * self.trainer.world_size
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/ppl", loss.detach().exp())
+        self.log("train/tokens", float(self.tokens_seen))
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        return loss
+
+    def validation_step(self, windows: Tensor, batch_idx: int) -> None:
+        self.val_loss.update(self.loss(windows), weight=windows.shape[0])
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.val_loss.compute()
+        self.log_dict({"val/loss": loss, "val/ppl": loss.exp()}, prog_bar=True, sync_dist=False)
+        self.val_loss.reset()
+
+    def test_step(self, windows: Tensor, batch_idx: int) -> None:
+        self.test_loss.update(self.loss(windows), weight=windows.shape[0])
+
+    def on_test_epoch_end(self) -> None:
+        loss = self.test_loss.compute()
+        self.log_dict({"test/loss": loss, "test/ppl": loss.exp()})
+        self.test_loss.reset()
+
+    def configure_optimizers(self):
+        max_steps = self.trainer.max_steps
+        if max_steps is None or max_steps < 1:
+            raise ValueError("set trainer.max_steps: the learning-rate schedule is sized from it")
+        matrices = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
+        others = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
+        hp = self.hparams
+        optimizer = torch.optim.AdamW(
+            [{"params": matrices, "weight_decay": hp.weight_decay}, {"params": others, "weight_decay": 0.0}],
+            lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, fused=torch.cuda.is_available() or None,
+        )
+        multiplier = partial(lr_multiplier, max_steps=max_steps, schedule=hp.schedule, warmup_steps=hp.warmup_steps,
+                             decay_fraction=hp.decay_fraction, min_ratio=hp.min_lr_ratio)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # --- throughput --------------------------------------------------------------------------------------------
+    def flops_per_token(self, length: int) -> float:
+        """Training FLOPs per token (forward + backward): ``6 N`` plus causal attention ``6 L d T`` (PaLM)."""
+        c = self.config
+        matmul_params = self.decoder.num_parameters() - c.vocab_size * c.hidden_size * (1 if c.tie_embeddings else 0)
+        matmul_params += c.vocab_size * c.hidden_size  # the LM head is a matmul even when tied
+        return 6 * matmul_params + 6 * c.num_layers * c.hidden_size * length
+
+    @property
+    def flops_per_batch(self) -> float | None:
+        """Read by Lightning's ``ThroughputMonitor`` to report MFU (on devices whose peak FLOP/s it knows)."""
+        if self._batch_shape is None:
+            return None
+        batch, length = self._batch_shape
+        return self.flops_per_token(length) * batch * length
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["tokens_seen"] = self.tokens_seen
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.tokens_seen = checkpoint.get("tokens_seen", 0)
+        self.checkpoint_step = checkpoint.get("global_step")
+

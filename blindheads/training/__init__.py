@@ -1,0 +1,1 @@
+"""Training plumbing: the CLI entry and checkpoint writing."""

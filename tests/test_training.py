@@ -1,0 +1,128 @@
+"""Training through the CLI: smoke fit and test, every config, exact resume after SIGKILL, failure handling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from blindheads.modules.schedules import lr_multiplier
+from blindheads.training.cli import build_cli
+from training_runs import REPO, run_cli, scalars, tiny_run_args
+
+CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml"))
+
+
+def test_lr_schedules():
+    assert lr_multiplier(0, 100, "cosine", 10) == pytest.approx(0.1)
+    assert lr_multiplier(9, 100, "cosine", 10) == pytest.approx(1.0)
+    assert lr_multiplier(55, 100, "cosine", 10, min_ratio=0.1) == pytest.approx(0.55)
+    assert lr_multiplier(100, 100, "cosine", 10, min_ratio=0.1) == pytest.approx(0.1)
+    assert lr_multiplier(79, 100, "wsd", 10, decay_fraction=0.2) == 1.0
+    assert lr_multiplier(85, 100, "wsd", 10, decay_fraction=0.2) == pytest.approx(1 - 0.25**0.5)
+    assert lr_multiplier(100, 100, "wsd", 10, decay_fraction=0.2) == 0.0
+    with pytest.raises(ValueError, match="valid: cosine, wsd"):
+        lr_multiplier(50, 100, "linear", 10)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_parses_and_builds_its_model(config, cache_dir, tmp_path):
+    """Each config composed the way the README does, then shrunk to the tiny size and the offline data."""
+    base = [] if config in ("configs/smoke.yaml", "configs/experiments/paper.yaml") else ["--config", "configs/smoke.yaml"]
+    args = [*base, "--config", config, "--config", "configs/size/tiny.yaml", "--config", "configs/trainer/cpu.yaml",
+            "--data.source", "builtin", "--data.tokenizer", "builtin", "--data.cache_dir", str(cache_dir),
+            "--model.decoder.attention", "sdpa", "--model.compile", "false", "--trainer.strategy", "auto",
+            "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        cli = build_cli(args, run=False)
+    model = cli.model
+    assert model.config.hidden_size == 64 and model.config.vocab_size == cli.datamodule.vocab_size
+    tokens = torch.randint(0, model.config.vocab_size, (1, 16))
+    assert model(tokens).shape == (1, 16, model.config.vocab_size)
+
+
+def test_smoke_fit_then_test_through_the_cli(cache_dir, tmp_path):
+    fit = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"})])
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    run_dir = tmp_path / "alibi" / "run"
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+    losses = scalars(run_dir, "train/loss")
+    assert sorted(losses) == list(range(20)) and losses[19] < losses[0]
+    assert set(scalars(run_dir, "val/loss")) == {9, 19}
+    assert scalars(run_dir, "train/tokens")[19] == 20 * 4 * 64
+
+    test = run_cli(["test", *tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"}),
+                    "--ckpt_path", "last"])
+    assert test.returncode == 0, test.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["global_step"] == 20 and Path(results["ckpt_path"]).name == "last.ckpt"
+    assert results["metrics"]["test/loss"] == pytest.approx(scalars(run_dir, "val/loss")[19], rel=1e-4)
+
+
+def kill_and_resume(tmp_path, cache_dir, extra: dict) -> tuple[dict, dict]:
+    """Train 20 steps straight; then train, SIGKILL after step 13 (checkpoint at 10), resume from last."""
+    straight = run_cli(["fit", *tiny_run_args(tmp_path / "straight", cache_dir, **extra)])
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    interrupted_args = tiny_run_args(tmp_path / "resumed", cache_dir, **extra,
+                                     **{"--trainer.logger.init_args.version": "run"})
+    killed = run_cli(["fit", *interrupted_args, "--trainer.callbacks+=helpers.KillAtStep",
+                      "--trainer.callbacks.step=13"])
+    assert killed.returncode != 0
+    resumed = run_cli(["fit", *interrupted_args, "--ckpt_path", "last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return scalars(tmp_path / "straight", "train/loss"), scalars(tmp_path / "resumed", "train/loss")
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_resume_after_sigkill_equals_the_uninterrupted_run(cache_dir, tmp_path, workers):
+    straight, resumed = kill_and_resume(tmp_path, cache_dir, {"--data.num_workers": workers})
+    assert sorted(straight) == sorted(resumed) == list(range(20))
+    for step in range(20):
+        assert resumed[step] == pytest.approx(straight[step], rel=1e-5, abs=1e-6), f"step {step}"
+
+
+@pytest.mark.slow
+def test_ddp_resume_after_sigkill_equals_the_uninterrupted_run(cache_dir, tmp_path):
+    ddp = {"--trainer.strategy": "ddp", "--trainer.devices": "2", "--data.num_workers": "1"}
+    straight, resumed = kill_and_resume(tmp_path, cache_dir, ddp)
+    assert sorted(straight) == sorted(resumed) == list(range(20))
+    for step in range(20):
+        assert resumed[step] == pytest.approx(straight[step], rel=1e-5, abs=1e-6), f"step {step}"
+
+
+@pytest.mark.slow
+def test_two_process_ddp_fit(cache_dir, tmp_path):
+    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.strategy": "ddp", "--trainer.devices": "2",
+                                                 "--trainer.logger.init_args.version": "run"})
+    result = run_cli(["fit", *args])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert scalars(tmp_path / "alibi" / "run", "train/tokens")[19] == 20 * 4 * 64 * 2
+
+
+def test_non_finite_loss_stops_training_and_keeps_the_good_checkpoint(cache_dir, tmp_path):
+    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"})
+    result = run_cli(["fit", *args, "--trainer.callbacks+=helpers.PoisonAtStep", "--trainer.callbacks.step=7"])
+    assert result.returncode != 0
+    assert "non-finite training loss at step 7" in result.stderr
+    checkpoint = torch.load(tmp_path / "alibi/run/checkpoints/epoch=0-step=5.ckpt", weights_only=False)
+    assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--model.decoder.position", "alibi+bogus"], "unknown position component 'bogus'"),
+        (["--trainer.max_steps", "many"], "max_steps"),
+        (["--data.source", "files", "--data.files", "[/no/such/dir/*.parquet]"], "no files match"),
+        (["--data.seq_len", "512"], "data.seq_len=512 is longer than the model's context_length=128"),
+        (["--model.schedule", "linear"], "valid: cosine, wsd"),
+    ],
+)
+def test_config_mistakes_fail_before_training(cache_dir, tmp_path, override, message):
+    result = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir), *override])
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert not list(tmp_path.rglob("*.ckpt")), "no training step ran"

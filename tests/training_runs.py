@@ -1,0 +1,60 @@
+"""Running real ``blindheads`` CLI jobs from tests, and reading their TensorBoard logs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+
+CHECKPOINT_EVERY_5_STEPS = """
+trainer:
+  callbacks:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        every_n_train_steps: 5
+        save_last: true
+        save_top_k: -1
+"""
+
+
+def tiny_run_args(run_dir: Path, cache_dir: Path, **overrides) -> list[str]:
+    """A tiny fit on the builtin corpus: 4-window batches of 64 tokens, checkpoints every 5 steps."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "checkpoints.yaml").write_text(CHECKPOINT_EVERY_5_STEPS)
+    options = {
+        "--data.cache_dir": str(cache_dir), "--data.seq_len": "64", "--data.batch_size": "4",
+        "--data.num_workers": "0", "--data.val_windows": "8", "--model.warmup_steps": "5",
+        "--trainer.max_steps": "20", "--trainer.val_check_interval": "10", "--trainer.log_every_n_steps": "1",
+        "--trainer.logger.init_args.save_dir": str(run_dir), "--trainer.enable_progress_bar": "false",
+        **overrides,
+    }
+    args = ["--config", str(REPO / "configs/smoke.yaml"), "--config", str(REPO / "configs/size/tiny.yaml"),
+            "--config", str(run_dir / "checkpoints.yaml")]
+    for key, value in options.items():
+        args += [key, value]
+    return args
+
+
+def run_cli(args: list[str], env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m blindheads ARGS`` in its own process group (so a test can kill every rank at once)."""
+    environment = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "blindheads", *args], capture_output=True, text=True,
+                          env=environment, timeout=timeout, start_new_session=True)
+
+
+def scalars(log_dir: Path, tag: str) -> dict[int, float]:
+    """Every value of ``tag`` in every event file below ``log_dir``, by step (no sampling)."""
+    values = {}
+    for events in sorted(Path(log_dir).rglob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        if tag in accumulator.Tags()["scalars"]:
+            values.update({event.step: event.value for event in accumulator.Scalars(tag)})
+    return values
