@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from blindheads.modules import Decoder, DecoderConfig
+from blindheads.modules import backends
 from blindheads.modules.backends import flex_block_mask, resolve_backend
 
 # With the tiny preset (context 128) and 64-token inputs, clamp(-10) and soft_cap(5) are active, not idle.
@@ -86,3 +87,19 @@ def test_auto_picks_flex_on_cuda_and_sdpa_elsewhere():
     assert resolve_backend("auto", torch.device("cpu")) == "sdpa"
     with pytest.raises(ValueError, match="valid: auto, flex, sdpa, eager"):
         DecoderConfig.from_preset("tiny", attention="fused") and tiny("alibi", "fused")
+
+
+def test_sdpa_in_query_chunks_equals_the_whole_bias(monkeypatch):
+    """Long evaluations attend in query chunks so the bias never holds length x length rows at once."""
+    tokens = torch.randint(0, 512, (1, 96))
+    model = tiny("alibi+clamp(-10)+sliding_window(40)", "sdpa")
+    whole = model(tokens)
+    monkeypatch.setattr(backends, "SDPA_BIAS_BUDGET", 4 * 96 * 7)  # 7 query rows per chunk
+    assert backends.SdpaBias(model.position, 96, torch.device("cpu")).chunk == 7
+    torch.testing.assert_close(model(tokens), whole, rtol=1e-5, atol=1e-5)
+
+
+def test_a_backend_can_be_forced_per_call():
+    model = tiny("alibi+soft_cap(5)", "sdpa")
+    tokens = torch.randint(0, 512, (1, 32))
+    torch.testing.assert_close(model(tokens, attention="eager"), model(tokens), rtol=1e-5, atol=1e-5)

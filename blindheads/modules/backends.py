@@ -56,10 +56,37 @@ def eager_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, weigh
     return weights(logits).to(v.dtype) @ v
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, bias: Tensor | None) -> Tensor:
-    """``bias`` is ``stack.dense_bias(...)``, or ``None`` when the stack needs only causality."""
-    mask = None if bias is None else bias.to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bias is None, enable_gqa=True)
+SDPA_BIAS_BUDGET = 2**27  # elements of bias (512 MiB in float32) before SDPA attends in query chunks
+
+
+class SdpaBias:
+    """The additive bias of one forward pass, shared by every layer. Up to ``SDPA_BIAS_BUDGET`` elements it is
+    built once;
+    beyond (long evaluations), each layer attends in query chunks with only that chunk's rows of the bias, so
+    memory stays bounded by the budget instead of growing with length squared."""
+
+    def __init__(self, stack: PositionStack, length: int, device: torch.device) -> None:
+        self.stack, self.length, self.device = stack, length, device
+        self.chunk = max(1, SDPA_BIAS_BUDGET // (stack.num_heads * length))
+        self.whole = stack.dense_bias(length, length, device) if self.chunk >= length else None
+
+    def rows(self, start: int, stop: int) -> Tensor:
+        """Bias rows of queries ``start..stop-1`` against every key, (heads, stop - start, length)."""
+        if self.whole is not None:
+            return self.whole[:, start:stop]
+        return self.stack.dense_bias(stop - start, stop, self.device, kv_len=self.length)
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, bias: SdpaBias | None) -> Tensor:
+    """``bias`` is ``None`` when the stack needs only causality."""
+    if bias is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    outputs = []
+    for start in range(0, q.shape[-2], bias.chunk):
+        stop = min(start + bias.chunk, q.shape[-2])
+        mask = bias.rows(start, stop).to(q.dtype)
+        outputs.append(F.scaled_dot_product_attention(q[..., start:stop, :], k, v, attn_mask=mask, enable_gqa=True))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
 
 
 @lru_cache(maxsize=1)

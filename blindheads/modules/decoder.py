@@ -95,18 +95,23 @@ class Decoder(nn.Module):
         return backends.resolve_backend(self.config.attention, device)
 
     def _prepare(self, backend: str, length: int, device: torch.device):
-        """What every layer's kernel shares: the dense bias (sdpa) or the block mask (flex)."""
+        """What every layer's kernel shares: the bias (sdpa, built whole or by query chunks) or the block mask."""
         if backend == "flex":
             return backends.flex_block_mask(self.position, length, device)
         if backend == "sdpa" and self.position.is_additive and not self.position.is_causal_only:
-            return self.position.dense_bias(length, length, device)
+            return backends.SdpaBias(self.position, length, device)
         return None
 
-    def forward(self, input_ids: Tensor) -> Tensor:
-        """Logits (batch, length, vocab) for token ids (batch, length)."""
-        backend = self.backend_for(input_ids.device)
+    def hidden_states(self, input_ids: Tensor, attention: str | None = None) -> Tensor:
+        """Final-norm hidden states (batch, length, hidden); ``attention`` overrides the configured backend."""
+        backend = backends.resolve_backend(attention, input_ids.device) if attention else self.backend_for(
+            input_ids.device)
         prepared = self._prepare(backend, input_ids.shape[1], input_ids.device)
         x = self.embed(input_ids)
         for block in self.blocks:
             x = block(x, self.position, backend, prepared)
-        return self.lm_head(self.norm(x))
+        return self.norm(x)
+
+    def forward(self, input_ids: Tensor, attention: str | None = None) -> Tensor:
+        """Logits (batch, length, vocab) for token ids (batch, length)."""
+        return self.lm_head(self.hidden_states(input_ids, attention))

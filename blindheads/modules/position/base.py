@@ -146,19 +146,21 @@ class PositionStack(nn.Module):
                 allowed = allowed & extra
         return allowed
 
-    def index_grid(self, q_len: int, kv_len: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-        """Head, query and key indices shaped to broadcast to (heads, q_len, kv_len); queries end at the last key."""
+    def index_grid(self, q_len: int, q_end: int, device: torch.device, kv_len: int | None = None):
+        """Head, query and key indices shaped to broadcast to (heads, q_len, kv_len), for the queries at positions
+        ``q_end - q_len .. q_end - 1`` against keys ``0 .. kv_len - 1`` (``kv_len`` defaults to ``q_end``)."""
         h = torch.arange(self.num_heads, device=device)[:, None, None]
-        q_idx = torch.arange(kv_len - q_len, kv_len, device=device)[None, :, None]
-        kv_idx = torch.arange(kv_len, device=device)[None, None, :]
+        q_idx = torch.arange(q_end - q_len, q_end, device=device)[None, :, None]
+        kv_idx = torch.arange(q_end if kv_len is None else kv_len, device=device)[None, None, :]
         return h, q_idx, kv_idx
 
-    def dense_bias(self, q_len: int, kv_len: int, device: torch.device) -> Tensor:
-        """The additive bias with ``-inf`` at masked keys, shaped (heads, q_len, kv_len), in float32."""
-        h, q_idx, kv_idx = self.index_grid(q_len, kv_len, device)
+    def dense_bias(self, q_len: int, q_end: int, device: torch.device, kv_len: int | None = None) -> Tensor:
+        """The additive bias with ``-inf`` at masked keys, shaped (heads, q_len, kv_len), in float32, for queries
+        ending at position ``q_end`` (see ``index_grid``)."""
+        h, q_idx, kv_idx = self.index_grid(q_len, q_end, device, kv_len)
         zero = torch.zeros((), device=device)
         bias = self.score_mod(zero, zero, h, q_idx, kv_idx)
-        bias = bias.expand(self.num_heads, q_len, kv_len)
+        bias = bias.expand(self.num_heads, q_len, kv_idx.shape[-1])
         return bias.masked_fill(~self.mask_mod(zero, h, q_idx, kv_idx), -math.inf)
 
     def inverse_bias_logit(self, logit: Tensor) -> Tensor:
