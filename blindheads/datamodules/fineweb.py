@@ -60,6 +60,7 @@ class FineWebEdu(L.LightningDataModule):
         self.files: DataFiles | None = None
         self._resume: dict[str, Any] | None = None  # this rank's stream positions, once consumed or restored
         self._validation: torch.Tensor | None = None
+        self._heldout: torch.Tensor | None = None
         self._documents: dict[str, Any] = {}
 
     # --- setup -----------------------------------------------------------------------------------------------
@@ -132,6 +133,21 @@ class FineWebEdu(L.LightningDataModule):
                 )
             self._validation = torch.stack(windows)
         return self._validation
+
+    def heldout_tokens(self, count: int) -> torch.Tensor:
+        """The first ``count`` tokens of the held-out stream (repeated if it is shorter): needle haystacks, probe
+        batches and long-context losses, identical on every rank and run."""
+        self.setup()
+        if self._heldout is None or len(self._heldout) < count:
+            windows, total = [], 0
+            for item in self._windows("validation", repeat=True, resume=None):
+                window = item["input_ids"] if not windows else item["input_ids"][1:]
+                windows.append(window)
+                total += len(window)
+                if total >= count:
+                    break
+            self._heldout = torch.cat(windows)
+        return self._heldout[:count]
 
     def val_dataloader(self) -> DataLoader:
         # A map-style dataset: under DDP, Lightning's distributed sampler gives each rank its share.

@@ -33,14 +33,19 @@ def resolve_backend(name: str, device: torch.device) -> str:
 
 
 class AttentionWeights(nn.Module):
-    """The softmax of the eager backend, as a module so forward hooks see the weights it returns."""
+    """The softmax of the eager backend, as a module so forward hooks see its logits and the weights it returns.
+
+    It computes in ``dtype`` even under autocast (which would otherwise run softmax in float32), since which
+    weights end up exactly zero is what the dtype decides.
+    """
 
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.dtype = dtype
 
     def forward(self, logits: Tensor) -> Tensor:
-        return torch.softmax(logits.to(self.dtype), dim=-1)
+        with torch.autocast(logits.device.type, enabled=False):
+            return torch.softmax(logits.to(self.dtype), dim=-1)
 
 
 def _expand_kv(q: Tensor, kv: Tensor) -> Tensor:

@@ -1,0 +1,44 @@
+"""Validation loss by position beyond the training length."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+
+from blindheads.callbacks.periodic import PeriodicEvaluation, training_length
+from blindheads.evaluation.scoring import token_losses
+
+
+class LengthExtrapolation(PeriodicEvaluation):
+    """Every ``every_n_steps`` steps and at ``validate``/``test``: held-out loss at ``factors`` x the training length,
+    overall and per bucket of one training length of positions (``extrapolation/4x/bucket2`` is the loss on
+    positions 2L..3L-1 of 4L-token sequences). Each rank scores its share of ``sequences`` per factor."""
+
+    def __init__(self, every_n_steps: int | None = 500, factors: list[int] = (1, 2, 4, 8), sequences: int = 2) -> None:
+        if sequences < 1 or any(f < 1 for f in factors):
+            raise ValueError(f"factors and sequences must be >= 1, got {list(factors)} and {sequences}")
+        super().__init__(every_n_steps)
+        self.factors, self.sequences = list(factors), sequences
+
+    @torch.no_grad()
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> dict[str, float]:
+        base = training_length(trainer, pl_module)
+        was_training = pl_module.training
+        pl_module.eval()
+        results = {}
+        for factor in self.factors:
+            length = factor * base
+            tokens = trainer.datamodule.heldout_tokens(self.sequences * (length + 1)).view(self.sequences, length + 1)
+            mine = tokens[trainer.global_rank :: trainer.world_size].to(pl_module.device)
+            bucket_sums = torch.zeros(factor, dtype=torch.float64, device=pl_module.device)
+            if len(mine):
+                with trainer.precision_plugin.forward_context():
+                    losses = token_losses(pl_module.decoder, mine)
+                bucket_sums += losses.double().view(len(mine), factor, base).sum(dim=(0, 2))
+            bucket_sums = trainer.strategy.reduce(bucket_sums, reduce_op="sum")
+            buckets = bucket_sums / (self.sequences * base)
+            results[f"{prefix}extrapolation/{factor}x/loss"] = float(buckets.mean())
+            results.update({f"{prefix}extrapolation/{factor}x/bucket{k}": float(v) for k, v in enumerate(buckets)})
+        pl_module.train(was_training)
+        pl_module.log_dict(results, sync_dist=False, rank_zero_only=True)
+        return results

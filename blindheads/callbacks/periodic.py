@@ -1,0 +1,44 @@
+"""When the evaluation callbacks run."""
+
+from __future__ import annotations
+
+import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger
+
+
+class PeriodicEvaluation(L.Callback):
+    """Runs ``evaluate`` every ``every_n_steps`` training steps (``None``: never during fit), after ``validate``
+    (metrics prefixed ``val/``) and after ``test`` (``test/``, which reach the results file). Every rank calls it at
+    the same moments, so evaluations that reduce across ranks stay in step."""
+
+    def __init__(self, every_n_steps: int | None = 500) -> None:
+        if every_n_steps is not None and every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1 or None, got {every_n_steps}")
+        self.every_n_steps = every_n_steps
+
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = ""):
+        raise NotImplementedError
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self.evaluate(trainer, pl_module)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.state.fn == "validate":
+            self.evaluate(trainer, pl_module, prefix="val/")
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        self.evaluate(trainer, pl_module, prefix="test/")
+
+
+def training_length(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
+    """The sequence length the model trains on (the data module's), else its context length."""
+    return getattr(trainer.datamodule, "seq_len", None) or pl_module.config.context_length
+
+
+def tensorboard(trainer: L.Trainer):
+    """The TensorBoard writer on rank 0, else ``None``."""
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger) and trainer.is_global_zero:
+            return logger.experiment
+    return None

@@ -1,0 +1,120 @@
+"""Periodic passkey and needle-in-a-haystack evaluation, inside and beyond the training length."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+
+from blindheads.callbacks.periodic import PeriodicEvaluation, tensorboard, training_length
+from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
+from blindheads.evaluation.scoring import score_samples
+from blindheads.evaluation.summary import CellAccuracy, GridSummary
+
+
+class RetrievalEval(PeriodicEvaluation):
+    """Evaluates a retrieval task every ``every_n_steps`` training steps and at ``validate``/``test``.
+
+    The grid is ``length_factors`` x the training length (or explicit ``lengths``) by ``depths``, with ``samples``
+    prompts per cell. Samples are dealt across ranks and their scores summed with torchmetrics, so the numbers equal
+    a single process's. Logs flat scalars (``{task}/auc_in_domain``, ``{task}/exact/len{L}/depth{d}``, ...), a
+    heatmap image, and at ``test`` writes ``{task}.json`` beside the logs.
+    """
+
+    task = "retrieval"
+
+    def __init__(
+        self,
+        every_n_steps: int | None = 500,
+        length_factors: list[float] = (0.25, 0.5, 1.0, 2.0, 4.0),
+        lengths: list[int] | None = None,
+        depths: list[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+        samples: int = 4,
+        batch_size: int = 4,
+        seed: int = 0,
+    ) -> None:
+        if samples < 1 or batch_size < 1:
+            raise ValueError(f"samples and batch_size must be >= 1, got {samples} and {batch_size}")
+        if not all(0.0 <= d <= 1.0 for d in depths):
+            raise ValueError(f"depths must lie in [0, 1], got {list(depths)}")
+        super().__init__(every_n_steps)
+        self.length_factors, self.explicit_lengths = list(length_factors), lengths
+        self.depths, self.samples, self.batch_size, self.seed = list(depths), samples, batch_size, seed
+        self._samples: list[RetrievalSample] | None = None
+        self.last: GridSummary | None = None
+
+    def lengths(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[int]:
+        if self.explicit_lengths:
+            return sorted(self.explicit_lengths)
+        base = training_length(trainer, pl_module)
+        return sorted({int(round(f * base)) for f in self.length_factors})
+
+    def build_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[RetrievalSample]:
+        raise NotImplementedError
+
+    def samples_for(self, trainer, pl_module) -> list[RetrievalSample]:
+        if self._samples is None:
+            self._samples = self.build_samples(trainer, pl_module)
+        return self._samples
+
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> GridSummary:
+        lengths = self.lengths(trainer, pl_module)
+        samples = self.samples_for(trainer, pl_module)
+        cell_of = {(n, d): i * len(self.depths) + j for i, n in enumerate(lengths) for j, d in enumerate(self.depths)}
+        metric = CellAccuracy(len(cell_of)).to(pl_module.device)
+        was_training = pl_module.training
+        pl_module.eval()
+        mine = samples[trainer.global_rank :: trainer.world_size]
+        with trainer.precision_plugin.forward_context():
+            scores = score_samples(pl_module.decoder, trainer.datamodule.tokenizer, mine, self.batch_size)
+        for score in scores:
+            metric.update(cell_of[(score.sample.length, score.sample.depth)], score.exact, score.digits)
+        pl_module.train(was_training)
+        totals = {k: v.cpu().numpy().reshape(len(lengths), len(self.depths)) for k, v in metric.compute().items()}
+        summary = GridSummary(lengths, self.depths, training_length(trainer, pl_module), totals["exact"],
+                              totals["digits"], totals["count"])
+        self.last = summary
+        self._log(trainer, pl_module, summary, prefix)
+        return summary
+
+    def _log(self, trainer, pl_module, summary: GridSummary, prefix: str) -> None:
+        scalars = {f"{prefix}{self.task}/{name}": value for name, value in summary.metrics.items()
+                   if np.isfinite(value)}
+        for length, depth, exact, _, _ in summary.cells():
+            scalars[f"{prefix}{self.task}/exact/len{length}/depth{int(round(depth * 100))}"] = exact
+        pl_module.log_dict(scalars, sync_dist=False, rank_zero_only=True)
+        writer = tensorboard(trainer)
+        if writer is not None:
+            figure = summary.heatmap(f"{self.task}, step {trainer.global_step}")
+            writer.add_figure(f"{prefix}{self.task}/heatmap", figure, trainer.global_step)
+        if prefix == "test/" and trainer.is_global_zero and trainer.log_dir:
+            path = Path(trainer.log_dir) / f"{self.task}.json"
+            path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+
+
+class PasskeyEval(RetrievalEval):
+    """The landmark-attention passkey task (filler sentences, a 5-digit key)."""
+
+    task = "passkey"
+
+    def build_samples(self, trainer, pl_module):
+        return passkey_samples(trainer.datamodule.tokenizer, self.lengths(trainer, pl_module), self.depths,
+                               self.samples, self.seed)
+
+
+class NeedleEval(RetrievalEval):
+    """RULER's needle in a haystack of held-out text, optionally with ``distractors`` other needles."""
+
+    task = "needle"
+
+    def __init__(self, *args, distractors: int = 0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.distractors = distractors
+
+    def build_samples(self, trainer, pl_module):
+        lengths = self.lengths(trainer, pl_module)
+        haystack = trainer.datamodule.heldout_tokens(4 * max(lengths)).tolist()
+        return needle_samples(trainer.datamodule.tokenizer, haystack, lengths, self.depths, self.samples,
+                              self.distractors, self.seed)

@@ -1,0 +1,1 @@
+"""Evaluation tasks shared by the training callbacks, ``blindheads test`` and the probes of published models."""

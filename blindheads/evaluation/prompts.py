@@ -1,0 +1,130 @@
+"""Retrieval prompts built in token space, so their lengths are exact in the model's tokenizer.
+
+A sample is ``[EOS] context... question answer``: the leading EOS is the document separator the models saw in
+training (no BOS is spliced into the middle). The answer is tokenized as it appears in context, with its leading
+space. Every random choice comes from a generator seeded by (task seed, length, depth, sample), so every
+evaluation of every run, on any process, sees identical prompts.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+PASSKEY_INSTRUCTION = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+    "I will quiz you about the important information there."
+)
+PASSKEY_FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+PASSKEY_NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
+PASSKEY_QUESTION = " What is the pass key? The pass key is"
+
+NEEDLE = " One of the special magic numbers for {key} is: {value}."
+NEEDLE_QUESTION = (
+    " What is the special magic number for {key} mentioned in the provided text?"
+    " The special magic number for {key} mentioned in the provided text is"
+)
+NEEDLE_KEY_WORDS = (
+    "amber ancient bright calm crimson distant eager fragile golden hidden hollow humble lively silent "
+    "silver swift tender vivid wild wooden".split(),
+    "anchor badger canyon compass falcon harbor lantern meadow orchard pebble quarry river saddle "
+    "thistle tunnel valley walnut willow window zephyr".split(),
+)
+
+
+@dataclass(frozen=True)
+class RetrievalSample:
+    """One prompt: ``tokens`` (length exactly ``length``) ends with the answer, which starts at ``answer_start``."""
+
+    length: int
+    depth: float
+    index: int
+    tokens: Tensor
+    answer_start: int
+    answer: str
+
+    @property
+    def answer_tokens(self) -> Tensor:
+        return self.tokens[self.answer_start :]
+
+
+def sample_rng(seed: int, length: int, depth: float, index: int) -> random.Random:
+    """A generator that depends only on its arguments (string seeds are hashed with SHA-512, not salted)."""
+    return random.Random(f"{seed}/{length}/{depth:.6f}/{index}")
+
+
+class PromptBuilder:
+    """Token pieces of one tokenizer, encoded without special tokens."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.eos = tokenizer.eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def assemble(self, length: int, head: list[int], haystack: list[int], needles: list[tuple[float, list[int]]],
+                 tail: list[int], answer: list[int], boundary: int = 1) -> tuple[Tensor, int]:
+        """``[EOS] head haystack-with-needles tail answer`` of exactly ``length`` tokens. Each needle goes at its
+        depth (a fraction of the haystack), moved back to a multiple of ``boundary`` tokens (a filler sentence)."""
+        fixed = 1 + len(head) + sum(len(n) for _, n in needles) + len(tail) + len(answer)
+        room = length - fixed
+        if room < 0:
+            raise ValueError(f"a prompt of {length} tokens is too short: its fixed parts alone take {fixed} tokens")
+        if len(haystack) < room:
+            raise ValueError(f"the haystack has {len(haystack)} tokens, {room} are needed for length {length}")
+        body = list(haystack[:room])
+        for depth, needle in sorted(needles, key=lambda item: -item[0]):  # deepest first keeps earlier offsets valid
+            at = int(depth * room) // boundary * boundary
+            body[at:at] = needle
+        tokens = [self.eos, *head, *body, *tail, *answer]
+        return torch.tensor(tokens, dtype=torch.long), length - len(answer)
+
+
+def passkey_samples(tokenizer, lengths: list[int], depths: list[float], samples: int, seed: int = 0):
+    """The landmark-attention passkey task: instruction, filler, the pass-key line at ``depth``, question."""
+    builder = PromptBuilder(tokenizer)
+    head = builder.encode(PASSKEY_INSTRUCTION)
+    unit = builder.encode(PASSKEY_FILLER)
+    tail = builder.encode(PASSKEY_QUESTION)
+    out = []
+    for length in lengths:
+        filler = unit * (length // max(1, len(unit)) + 1)
+        for depth in depths:
+            for index in range(samples):
+                key = str(sample_rng(seed, length, depth, index).randint(10000, 99999))
+                needle = builder.encode(PASSKEY_NEEDLE.format(key=key))
+                tokens, start = builder.assemble(length, head, filler, [(depth, needle)], tail,
+                                                 builder.encode(f" {key}"), boundary=len(unit))
+                out.append(RetrievalSample(length, depth, index, tokens, start, key))
+    return out
+
+
+def needle_samples(tokenizer, haystack: list[int], lengths: list[int], depths: list[float], samples: int,
+                   distractors: int = 0, seed: int = 0):
+    """RULER's single needle (a 7-digit value for a two-word key) in natural held-out text, with optional
+    distractor needles that give other keys other values at random depths."""
+    builder = PromptBuilder(tokenizer)
+    out = []
+    for length in lengths:
+        for depth in depths:
+            for index in range(samples):
+                rng = sample_rng(seed, length, depth, index)
+                keys = set()
+                while len(keys) < distractors + 1:
+                    keys.add(f"{rng.choice(NEEDLE_KEY_WORDS[0])}-{rng.choice(NEEDLE_KEY_WORDS[1])}")
+                key, *others = sorted(keys)
+                value = str(rng.randint(1_000_000, 9_999_999))
+                needles = [(depth, builder.encode(NEEDLE.format(key=key, value=value)))]
+                for other in others:
+                    fake = str(rng.randint(1_000_000, 9_999_999))
+                    needles.append((rng.random(), builder.encode(NEEDLE.format(key=other, value=fake))))
+                offset = rng.randrange(max(1, len(haystack) - length))
+                tokens, start = builder.assemble(length, [], haystack[offset:], needles,
+                                                 builder.encode(NEEDLE_QUESTION.format(key=key)),
+                                                 builder.encode(f" {value}"))
+                out.append(RetrievalSample(length, depth, index, tokens, start, value))
+    return out

@@ -1,0 +1,104 @@
+"""Accuracy per (length, depth) cell, AUC over log2 length, and the length x depth heatmap."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torchmetrics import Metric
+
+
+class CellAccuracy(Metric):
+    """Exact-match and per-digit sums per grid cell; summed across ranks, so sharded samples give the numbers a
+    single process would."""
+
+    full_state_update = False
+
+    def __init__(self, num_cells: int) -> None:
+        super().__init__()
+        self.add_state("exact", torch.zeros(num_cells, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("digits", torch.zeros(num_cells, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.zeros(num_cells, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, cell: int, exact: bool, digits: float) -> None:
+        self.exact[cell] += float(exact)
+        self.digits[cell] += digits
+        self.count[cell] += 1
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        return {"exact": self.exact / self.count.clamp_min(1), "digits": self.digits / self.count.clamp_min(1),
+                "count": self.count}
+
+
+def auc_over_log_length(lengths: list[int], accuracy: list[float]) -> float:
+    """Trapezoid of accuracy over log2(length), divided by the log2 span: in [0, 1]; one length gives its accuracy."""
+    if not lengths:
+        return math.nan
+    if len(lengths) == 1:
+        return float(accuracy[0])
+    x = np.log2(np.asarray(lengths, dtype=np.float64))
+    y = np.asarray(accuracy, dtype=np.float64)
+    return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
+
+
+@dataclass
+class GridSummary:
+    """Accuracy on a length x depth grid, split at the training length into in-domain and out-of-domain."""
+
+    lengths: list[int]
+    depths: list[float]
+    training_length: int
+    exact: np.ndarray  # (lengths, depths)
+    digits: np.ndarray
+    count: np.ndarray
+    metrics: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        per_length = self.exact.mean(axis=1)
+        self.metrics = {}
+        for domain, keep in (("in_domain", True), ("out_of_domain", False)):
+            chosen = [i for i, n in enumerate(self.lengths) if (n <= self.training_length) == keep]
+            self.metrics[f"auc_{domain}"] = auc_over_log_length([self.lengths[i] for i in chosen],
+                                                                [per_length[i] for i in chosen])
+            self.metrics[f"acc_{domain}"] = float(self.exact[chosen].mean()) if chosen else math.nan
+            self.metrics[f"samples_{domain}"] = float(self.count[chosen].sum())
+        self.metrics["digit_acc"] = float(self.digits.mean())
+
+    def cells(self):
+        for i, length in enumerate(self.lengths):
+            for j, depth in enumerate(self.depths):
+                yield length, depth, float(self.exact[i, j]), float(self.digits[i, j]), int(self.count[i, j])
+
+    def to_dict(self) -> dict:
+        return {
+            "training_length": self.training_length,
+            "metrics": self.metrics,
+            "cells": [
+                {"length": n, "depth": d, "in_domain": n <= self.training_length, "exact": e, "digits": g,
+                 "samples": c}
+                for n, d, e, g, c in self.cells()
+            ],
+        }
+
+    def heatmap(self, title: str):
+        """A matplotlib figure: depth (rows) x length (columns), in-domain columns left of the dashed line."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, axis = plt.subplots(figsize=(1.2 + 0.7 * len(self.lengths), 1.0 + 0.45 * len(self.depths)))
+        image = axis.imshow(self.exact.T, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        axis.set_xticks(range(len(self.lengths)), [str(n) for n in self.lengths], rotation=45)
+        axis.set_yticks(range(len(self.depths)), [f"{d:.0%}" for d in self.depths])
+        inside = sum(n <= self.training_length for n in self.lengths)
+        if 0 < inside < len(self.lengths):
+            axis.axvline(inside - 0.5, color="white", linestyle="--")
+        axis.set_xlabel("context length (tokens)")
+        axis.set_ylabel("needle depth")
+        axis.set_title(title)
+        figure.colorbar(image, ax=axis, label="exact match")
+        figure.tight_layout()
+        return figure
