@@ -45,7 +45,8 @@ def test_every_config_parses_and_builds_its_model(config, cache_dir, tmp_path):
 
 
 def test_smoke_fit_then_test_through_the_cli(cache_dir, tmp_path):
-    fit = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"})])
+    run = {"--trainer.logger.init_args.version": "run"}
+    fit = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, evaluations=True, **run)])
     assert fit.returncode == 0, fit.stderr[-3000:]
     run_dir = tmp_path / "alibi" / "run"
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
@@ -54,12 +55,20 @@ def test_smoke_fit_then_test_through_the_cli(cache_dir, tmp_path):
     assert set(scalars(run_dir, "val/loss")) == {9, 19}
     assert scalars(run_dir, "train/tokens")[19] == 20 * 4 * 64
 
-    test = run_cli(["test", *tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"}),
-                    "--ckpt_path", "last"])
+    assert set(scalars(run_dir, "passkey/auc_out_of_domain")) == {10, 20}
+    assert set(scalars(run_dir, "underflow/layer1/head3")) == {10, 20}
+
+    test = run_cli(["test", *tiny_run_args(tmp_path, cache_dir, evaluations=True, **run), "--ckpt_path", "last"])
     assert test.returncode == 0, test.stderr[-3000:]
     results = json.loads((run_dir / "results.json").read_text())
     assert results["global_step"] == 20 and Path(results["ckpt_path"]).name == "last.ckpt"
-    assert results["metrics"]["test/loss"] == pytest.approx(scalars(run_dir, "val/loss")[19], rel=1e-4)
+    metrics = results["metrics"]
+    assert metrics["test/loss"] == pytest.approx(scalars(run_dir, "val/loss")[19], rel=1e-4)
+    for task in ("passkey", "needle"):
+        assert metrics[f"test/{task}/samples_in_domain"] == 0 and metrics[f"test/{task}/samples_out_of_domain"] == 12
+        cells = json.loads((run_dir / f"{task}.json").read_text())["cells"]
+        assert len(cells) == 4 and {c["in_domain"] for c in cells} == {False}  # 128 and 192 > 64
+    assert {"test/extrapolation/2x/bucket1", "test/underflow/mean_4x", "test/grad_zero/layer0/head0"} <= set(metrics)
 
 
 def kill_and_resume(tmp_path, cache_dir, extra: dict) -> tuple[dict, dict]:
@@ -126,3 +135,23 @@ def test_config_mistakes_fail_before_training(cache_dir, tmp_path, override, mes
     assert result.returncode != 0
     assert message in result.stderr
     assert not list(tmp_path.rglob("*.ckpt")), "no training step ran"
+
+
+@pytest.mark.slow
+def test_two_process_evaluation_equals_single_process(cache_dir, tmp_path):
+    """Samples are dealt across ranks and reduced with torchmetrics: the numbers are the single process's."""
+    run = {"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "10"}
+    fit = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **run)])
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    checkpoint = str(tmp_path / "alibi/run/checkpoints/last.ckpt")
+    metrics = {}
+    for devices in ("1", "2"):
+        args = tiny_run_args(tmp_path / f"test{devices}", cache_dir, evaluations=True, **run,
+                             **{"--trainer.devices": devices, "--trainer.strategy": "ddp" if devices == "2" else "auto"})
+        result = run_cli(["test", *args, "--ckpt_path", checkpoint])
+        assert result.returncode == 0, result.stderr[-3000:]
+        metrics[devices] = json.loads((tmp_path / f"test{devices}/alibi/run/results.json").read_text())["metrics"]
+    retrieval = [k for k in metrics["1"] if k.startswith(("test/passkey", "test/needle", "test/extrapolation"))]
+    assert len(retrieval) > 20
+    for key in retrieval:
+        assert metrics["2"][key] == pytest.approx(metrics["1"][key], rel=1e-5), key

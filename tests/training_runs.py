@@ -24,10 +24,23 @@ trainer:
 """
 
 
-def tiny_run_args(run_dir: Path, cache_dir: Path, **overrides) -> list[str]:
-    """A tiny fit on the builtin corpus: 4-window batches of 64 tokens, checkpoints every 5 steps."""
+EVALUATIONS = """
+    - class_path: blindheads.callbacks.underflow.UnderflowMonitor
+      init_args: {every_n_steps: 10, length_factors: [1.0, 4.0]}
+    - class_path: blindheads.callbacks.retrieval.PasskeyEval
+      init_args: {every_n_steps: 10, lengths: [128, 192], depths: [0.0, 1.0], samples: 3}
+    - class_path: blindheads.callbacks.retrieval.NeedleEval
+      init_args: {every_n_steps: 10, lengths: [128, 192], depths: [0.0, 1.0], samples: 3}
+    - class_path: blindheads.callbacks.extrapolation.LengthExtrapolation
+      init_args: {every_n_steps: 10, factors: [1, 2], sequences: 4}
+"""
+
+
+def tiny_run_args(run_dir: Path, cache_dir: Path, evaluations: bool = False, **overrides) -> list[str]:
+    """A tiny fit on the builtin corpus: 4-window batches of 64 tokens, checkpoints every 5 steps, and with
+    ``evaluations`` the underflow, retrieval and extrapolation callbacks every 10 steps."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "checkpoints.yaml").write_text(CHECKPOINT_EVERY_5_STEPS)
+    (run_dir / "checkpoints.yaml").write_text(CHECKPOINT_EVERY_5_STEPS + (EVALUATIONS if evaluations else ""))
     options = {
         "--data.cache_dir": str(cache_dir), "--data.seq_len": "64", "--data.batch_size": "4",
         "--data.num_workers": "0", "--data.val_windows": "8", "--model.warmup_steps": "5",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from blindheads.callbacks.periodic import PeriodicEvaluation, training_length
+from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, training_length
 from blindheads.evaluation.scoring import token_losses
 
 
@@ -40,5 +40,5 @@ class LengthExtrapolation(PeriodicEvaluation):
             results[f"{prefix}extrapolation/{factor}x/loss"] = float(buckets.mean())
             results.update({f"{prefix}extrapolation/{factor}x/bucket{k}": float(v) for k, v in enumerate(buckets)})
         pl_module.train(was_training)
-        pl_module.log_dict(results, sync_dist=False, rank_zero_only=True)
+        log_scalars(trainer, pl_module, results, prefix)
         return results

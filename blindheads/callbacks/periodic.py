@@ -42,3 +42,13 @@ def tensorboard(trainer: L.Trainer):
         if isinstance(logger, TensorBoardLogger) and trainer.is_global_zero:
             return logger.experiment
     return None
+
+
+def log_scalars(trainer: L.Trainer, pl_module: L.LightningModule, scalars: dict[str, float], prefix: str) -> None:
+    """During fit, write once to the loggers at this step (``self.log`` from a batch hook would repeat the value
+    at every later step); after ``validate``/``test``, log through the module so the values reach the results."""
+    if prefix:
+        pl_module.log_dict(scalars, sync_dist=False, rank_zero_only=True)
+    elif trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=trainer.global_step)

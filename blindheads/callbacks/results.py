@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.utilities import rank_zero_only
 
 
 class ResultsFile(L.Callback):
@@ -18,13 +17,15 @@ class ResultsFile(L.Callback):
         self.filename = filename
         self.path: Path | None = None
 
-    @rank_zero_only
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        log_dir = trainer.log_dir  # a collective under DDP: every rank reads it, rank 0 writes
+        if not trainer.is_global_zero:
+            return
         metrics = {}
         for key, value in sorted(trainer.callback_metrics.items()):
             number = float(value)
             metrics[key] = number if math.isfinite(number) else str(number)
-        self.path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
+        self.path = Path(log_dir or trainer.default_root_dir) / self.filename
         self.path.parent.mkdir(parents=True, exist_ok=True)
         step = getattr(pl_module, "checkpoint_step", None)
         step = trainer.global_step if step is None else step

@@ -8,7 +8,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 
-from blindheads.callbacks.periodic import PeriodicEvaluation, tensorboard, training_length
+from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, tensorboard, training_length
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import CellAccuracy, GridSummary
@@ -84,13 +84,14 @@ class RetrievalEval(PeriodicEvaluation):
                    if np.isfinite(value)}
         for length, depth, exact, _, _ in summary.cells():
             scalars[f"{prefix}{self.task}/exact/len{length}/depth{int(round(depth * 100))}"] = exact
-        pl_module.log_dict(scalars, sync_dist=False, rank_zero_only=True)
+        log_scalars(trainer, pl_module, scalars, prefix)
         writer = tensorboard(trainer)
         if writer is not None:
             figure = summary.heatmap(f"{self.task}, step {trainer.global_step}")
             writer.add_figure(f"{prefix}{self.task}/heatmap", figure, trainer.global_step)
-        if prefix == "test/" and trainer.is_global_zero and trainer.log_dir:
-            path = Path(trainer.log_dir) / f"{self.task}.json"
+        log_dir = trainer.log_dir  # a collective under DDP: every rank reads it
+        if prefix == "test/" and trainer.is_global_zero and log_dir:
+            path = Path(log_dir) / f"{self.task}.json"
             path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
 
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from blindheads.blindness import blind_distances, tau
-from blindheads.callbacks.periodic import PeriodicEvaluation, tensorboard, training_length
+from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, tensorboard, training_length
 from blindheads.evaluation.underflow import ZeroStatistics, causal_zero_share, zero_statistics
 
 PRECISION_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
@@ -124,7 +124,7 @@ class UnderflowMonitor(PeriodicEvaluation):
         for head, distance in enumerate(predicted.tolist()):
             if math.isfinite(distance):
                 scalars[f"{prefix}blind_distance_predicted/head{head}"] = distance
-        pl_module.log_dict(scalars, sync_dist=False, rank_zero_only=True)
+        log_scalars(trainer, pl_module, scalars, prefix)
         writer = tensorboard(trainer)
         if writer is not None:
             writer.add_figure(f"{prefix}underflow/heatmap", self.heatmap(at_base), trainer.global_step)

@@ -179,6 +179,10 @@ class FineWebEdu(L.LightningDataModule):
         return {"world_size": world, "num_workers": self.num_workers, "ranks": positions}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the training streams (only ``fit`` reads them: ``validate``/``test`` of a checkpoint may run on
+        any world size)."""
+        if self.trainer is not None and self.trainer.state.fn != "fit":
+            return
         rank, world = self._rank_and_world()
         if (state["world_size"], state["num_workers"]) != (world, self.num_workers):
             raise ValueError(

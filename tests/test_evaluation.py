@@ -1,0 +1,156 @@
+"""Retrieval prompts, teacher-forced scoring, grid summaries and the evaluation callbacks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import subprocess
+import sys
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from blindheads.blindness import blind_distances, first_blind_token, flushing_subnormals, tau
+from blindheads.callbacks.underflow import UnderflowMonitor
+from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.datamodules.tokenizer import load_tokenizer
+from blindheads.evaluation.prompts import PASSKEY_FILLER, needle_samples, passkey_samples
+from blindheads.evaluation.scoring import score_samples
+from blindheads.evaluation.summary import GridSummary, auc_over_log_length
+from blindheads.modules import Decoder, DecoderConfig
+from blindheads.modules.config import PRESETS
+from blindheads.modules.lm import DecoderLM
+from oracles import OracleDecoder
+
+
+@pytest.fixture(scope="module")
+def tokenizer(cache_dir):
+    return load_tokenizer("builtin", cache_dir)
+
+
+@pytest.fixture(scope="module")
+def haystack(cache_dir):
+    dm = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=64, cache_dir=str(cache_dir), num_workers=0)
+    dm.prepare_data()
+    return dm.heldout_tokens(4000).tolist()
+
+
+def test_passkey_prompts_follow_the_template(tokenizer):
+    samples = passkey_samples(tokenizer, [96, 200], [0.0, 0.5, 1.0], samples=2, seed=3)
+    assert len(samples) == 2 * 3 * 2
+    for sample in samples:
+        assert len(sample.tokens) == sample.length, "lengths are exact in the tokenizer"
+        assert sample.tokens[0] == tokenizer.eos_token_id and tokenizer.bos_token_id not in sample.tokens[1:].tolist()
+        text = tokenizer.decode(sample.tokens[1:].tolist())
+        assert text.startswith("There is an important info hidden inside a lot of irrelevant text.")
+        assert f"The pass key is {sample.answer}. Remember it. {sample.answer} is the pass key." in text
+        assert text.endswith(f"What is the pass key? The pass key is {sample.answer}")
+        assert len(sample.answer) == 5 and sample.answer.isdigit()
+        assert tokenizer.decode(sample.answer_tokens.tolist()) == f" {sample.answer}"
+    shallow, deep = samples[6], samples[10]  # length 200, depths 0 and 1
+    where = [tokenizer.decode(s.tokens.tolist()).index("pass key is") for s in (shallow, deep)]
+    assert where[0] < 200 < where[0] + 200 < where[1], "depth 0 follows the instruction, depth 1 ends the haystack"
+
+
+def test_needle_prompts_with_distractors(tokenizer, haystack):
+    samples = needle_samples(tokenizer, haystack, [192, 320], [0.0, 0.5, 1.0], samples=2, distractors=2, seed=1)
+    for sample in samples:
+        assert len(sample.tokens) == sample.length
+        text = tokenizer.decode(sample.tokens.tolist())
+        assert text.count("One of the special magic numbers for") == 3
+        assert len(sample.answer) == 7 and text.endswith(f"mentioned in the provided text is {sample.answer}")
+
+
+def prompt_digest(cache_dir) -> str:
+    tok = load_tokenizer("builtin", cache_dir)
+    samples = passkey_samples(tok, [128, 256], [0.0, 0.5], samples=3, seed=7)
+    return hashlib.sha256(b"".join(s.tokens.numpy().tobytes() for s in samples)).hexdigest()
+
+
+def test_prompts_are_identical_across_calls_and_processes(cache_dir):
+    here = prompt_digest(cache_dir)
+    assert here == prompt_digest(cache_dir)
+    code = f"import sys; sys.path.insert(0, 'tests'); from test_evaluation import prompt_digest; print(prompt_digest({str(cache_dir)!r}))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": "123", "PATH": ""})
+    assert other.stdout.strip() == here, other.stderr[-2000:]
+
+
+def test_oracle_scores_one_and_an_untrained_model_near_zero(tokenizer, haystack):
+    samples = passkey_samples(tokenizer, [96, 192], [0.0, 0.5, 1.0], 2) + needle_samples(
+        tokenizer, haystack, [192, 320], [0.0, 0.5, 1.0], 2, distractors=2)
+    oracle = score_samples(OracleDecoder(tokenizer, len(tokenizer)), tokenizer, samples)
+    assert all(s.exact for s in oracle) and all(s.digits == 1.0 for s in oracle)
+    untrained = Decoder(DecoderConfig.from_preset("tiny", vocab_size=len(tokenizer), context_length=256)).eval()
+    scores = score_samples(untrained, tokenizer, samples)
+    assert sum(s.exact for s in scores) == 0
+    assert np.mean([s.digits for s in scores]) < 0.2
+
+
+def test_auc_is_a_normalised_trapezoid_over_log_length():
+    assert auc_over_log_length([256, 512, 1024], [1.0, 1.0, 1.0]) == 1.0
+    assert auc_over_log_length([256, 512, 1024], [1.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert auc_over_log_length([256, 1024], [0.5, 0.0]) == pytest.approx(0.25)
+    assert auc_over_log_length([512], [0.75]) == 0.75
+    assert math.isnan(auc_over_log_length([], []))
+
+
+def test_grid_summary_splits_domains_at_the_training_length():
+    exact = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    summary = GridSummary([128, 256, 512], [0.0, 1.0], 256, exact, exact, np.full((3, 2), 4.0))
+    assert summary.metrics["auc_in_domain"] == pytest.approx(0.75)
+    assert summary.metrics["auc_out_of_domain"] == 0.0
+    assert summary.metrics["samples_in_domain"] == 16 and summary.metrics["samples_out_of_domain"] == 8
+    assert [c["in_domain"] for c in summary.to_dict()["cells"]] == [True, True, True, True, False, False]
+    assert summary.heatmap("passkey").axes[0].get_title() == "passkey"
+
+
+class ProbeData(L.LightningDataModule):
+    """The builtin held-out text, for driving callbacks through a real Trainer."""
+
+    def __init__(self, cache_dir, seq_len):
+        super().__init__()
+        self.inner = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=seq_len, cache_dir=str(cache_dir),
+                                num_workers=0, val_windows=2, batch_size=2)
+        self.inner.prepare_data()
+        self.seq_len, self.tokenizer = seq_len, self.inner.tokenizer
+
+    def heldout_tokens(self, count):
+        return self.inner.heldout_tokens(count)
+
+    def test_dataloader(self):
+        return self.inner.val_dataloader()
+
+
+def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorboard(cache_dir, tmp_path):
+    """With q = 0 every head is bias-dominated: the probe's first all-zero distance is the predicted one."""
+    position = "alibi(blind_distances=[20.5, 30.5, 40.5, 60.5], dtype=float32)"
+    config = DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": position, "dtype": "float32",
+                              "vocab_size": 4096})
+    model = DecoderLM(config)
+    for block in model.decoder.blocks:
+        torch.nn.init.zeros_(block.attn.q_proj.weight)
+    monitor = UnderflowMonitor(every_n_steps=None, length_factors=[1.0, 2.0])
+    trainer = L.Trainer(accelerator="cpu", logger=L.pytorch.loggers.TensorBoardLogger(tmp_path, name="probe"),
+                        callbacks=[monitor], enable_progress_bar=False, enable_model_summary=False)
+    with flushing_subnormals():
+        trainer.test(model, datamodule=ProbeData(cache_dir, 128))
+    predicted = first_blind_token(blind_distances(model.decoder.position, tau("float32", "normal")))
+    for layer in monitor.statistics[256]:
+        torch.testing.assert_close(layer.blind_distance, predicted)
+        assert (layer.zero_share > 0).all()
+    assert all((share > 0).all() for share in monitor.grad_zero), "blind weights get exactly zero gradient"
+
+    (events,) = tmp_path.rglob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0, "images": 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()
+    assert {"test/underflow/heatmap", "test/underflow/by_distance"} <= set(tags["images"])
+    assert "test/blind_distance/layer1/head3" in tags["scalars"]
+    logged = accumulator.Scalars("test/blind_distance/layer1/head3")[0].value
+    assert logged == predicted[3].item()
+    assert accumulator.Scalars("test/underflow/layer0/head0")[0].value == pytest.approx(
+        monitor.statistics[128][0].zero_share[0].item())
