@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import lightning as L
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from blindheads.blindness import blind_distances, tau
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, tensorboard, training_length
+from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
 from blindheads.evaluation.underflow import ZeroStatistics, causal_zero_share, zero_statistics
 
 PRECISION_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
@@ -127,45 +127,6 @@ class UnderflowMonitor(PeriodicEvaluation):
         log_scalars(trainer, pl_module, scalars, prefix)
         writer = tensorboard(trainer)
         if writer is not None:
-            writer.add_figure(f"{prefix}underflow/heatmap", self.heatmap(at_base), trainer.global_step)
-            writer.add_figure(f"{prefix}underflow/by_distance", self.by_distance(longest, predicted), trainer.global_step)
+            writer.add_figure(f"{prefix}underflow/heatmap", zero_share_heatmap(at_base), trainer.global_step)
+            writer.add_figure(f"{prefix}underflow/by_distance", zero_share_by_distance(longest, predicted), trainer.global_step)
         return scalars
-
-    @staticmethod
-    def heatmap(layers: list[ZeroStatistics]):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        shares = np.stack([s.zero_share.numpy() for s in layers])
-        figure, axis = plt.subplots(figsize=(1.5 + 0.5 * shares.shape[1], 1.0 + 0.3 * shares.shape[0]))
-        image = axis.imshow(shares, vmin=0, vmax=1, cmap="magma", aspect="auto")
-        axis.set_xlabel("head")
-        axis.set_ylabel("layer")
-        axis.set_title("share of causal attention weights exactly zero")
-        figure.colorbar(image, ax=axis)
-        figure.tight_layout()
-        return figure
-
-    @staticmethod
-    def by_distance(layers: list[ZeroStatistics], predicted: torch.Tensor):
-        """Underflow share against distance per head (mean over layers), with the predicted blindness distances."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        zeros = torch.stack([s.zeros_by_distance for s in layers]).mean(0)
-        share = (zeros / layers[0].pairs_by_distance).numpy()
-        figure, axis = plt.subplots(figsize=(7, 4))
-        for head, row in enumerate(share):
-            line, = axis.plot(row, label=f"head {head}")
-            if math.isfinite(predicted[head]) and predicted[head] < len(row):
-                axis.axvline(float(predicted[head]), color=line.get_color(), linestyle=":", linewidth=1)
-        axis.set_xlabel("distance to key (tokens)")
-        axis.set_ylabel("share of weights exactly zero")
-        axis.set_ylim(-0.02, 1.02)
-        axis.legend(fontsize="small", ncol=2)
-        figure.tight_layout()
-        return figure

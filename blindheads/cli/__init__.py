@@ -16,7 +16,17 @@ def _lightning(subcommand: str):
     return run
 
 
-COMMANDS = {"blindness": blindness.main, **{name: _lightning(name) for name in ("fit", "validate", "test")}}
+def _probe(argv: list[str]) -> None:
+    from blindheads.cli.probe import main as probe_main  # transformers loads only when needed
+
+    probe_main(argv)
+
+
+COMMANDS = {
+    "blindness": blindness.main,
+    "probe": _probe,
+    **{name: _lightning(name) for name in ("fit", "validate", "test")},
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,49 @@
+"""Figures of measured attention underflow, for TensorBoard, probe outputs and notebooks."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from blindheads.evaluation.underflow import ZeroStatistics  # noqa: E402
+
+
+def zero_share_heatmap(layers: list[ZeroStatistics], title: str = "share of causal attention weights exactly zero"):
+    """Layer x head heatmap of the share of causal weights that are exactly zero."""
+    shares = np.stack([s.zero_share.numpy() for s in layers])
+    figure, axis = plt.subplots(figsize=(1.5 + 0.5 * shares.shape[1], 1.0 + 0.3 * shares.shape[0]))
+    image = axis.imshow(shares, vmin=0, vmax=1, cmap="magma", aspect="auto")
+    axis.set_xlabel("head")
+    axis.set_ylabel("layer")
+    axis.set_title(title)
+    figure.colorbar(image, ax=axis)
+    figure.tight_layout()
+    return figure
+
+
+def zero_share_by_distance(layers: list[ZeroStatistics], predicted: torch.Tensor,
+                           predicted_subnormal: torch.Tensor | None = None, title: str = ""):
+    """Underflow share against distance per head (mean over layers); dotted lines mark each head's predicted
+    blindness distance (``normal`` threshold), dashed ones the ``subnormal`` prediction when given."""
+    zeros = torch.stack([s.zeros_by_distance for s in layers]).mean(0)
+    share = (zeros / layers[0].pairs_by_distance).numpy()
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for head, row in enumerate(share):
+        (line,) = axis.plot(row, label=f"head {head}")
+        for values, style in ((predicted, ":"), (predicted_subnormal, "--")):
+            if values is not None and math.isfinite(values[head]) and values[head] < len(row):
+                axis.axvline(float(values[head]), color=line.get_color(), linestyle=style, linewidth=1)
+    axis.set_xlabel("distance to key (tokens)")
+    axis.set_ylabel("share of weights exactly zero")
+    axis.set_ylim(-0.02, 1.02)
+    axis.set_title(title)
+    if len(share) <= 16:
+        axis.legend(fontsize="small", ncol=2)
+    figure.tight_layout()
+    return figure

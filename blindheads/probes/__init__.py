@@ -1,0 +1,1 @@
+"""Probes of published models: measured attention underflow beside the calculator's prediction."""

@@ -1,0 +1,108 @@
+"""Measure exactly-zero attention weights in a transformers causal LM, one layer at a time."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from blindheads.blindness import THRESHOLDS, blind_distances, resolve_dtype, tau
+from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics
+from blindheads.modules.position import ALiBi, PositionStack
+from blindheads.probes.score_paths import ScorePath, match_default_attention, score_path
+
+
+def load_published(name: str, dtype: str = "float32"):
+    """Model (eager attention, eval mode) and tokenizer from a local directory or the Hub."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager", dtype=resolve_dtype(dtype))
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except OSError as error:
+        raise ValueError(
+            f"cannot load model {name!r}: it is not a local model directory and the Hugging Face Hub did not "
+            f"provide it ({error.__class__.__name__}); download it first or pass a local path"
+        ) from None
+    return model.eval(), tokenizer
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The per-layer self-attention modules: outermost modules whose class name ends in ``Attention``."""
+    found = []
+    for name, module in model.named_modules():
+        if type(module).__name__.endswith("Attention") and not any(name.startswith(f"{p}.") for p, _ in found):
+            found.append((name, module))
+    if not found:
+        raise ValueError(f"found no attention modules in {type(model).__name__}")
+    return [module for _, module in found]
+
+
+@dataclass
+class LayerStatistics:
+    length: int
+    layers: list[ZeroStatistics]
+
+
+@torch.no_grad()
+def measure(model: nn.Module, tokens: torch.Tensor) -> list[ZeroStatistics]:
+    """Each layer's attention weights on ``tokens`` (batch, L), reduced in a hook and then dropped."""
+    per_layer: dict[int, ZeroStatistics] = {}
+
+    def reduce(index):
+        def hook(module, inputs, output):
+            weights = next((o for o in output[1:] if isinstance(o, torch.Tensor) and o.dim() == 4), None)
+            if weights is None:
+                raise RuntimeError(f"{type(module).__name__} returned no attention weights: load it with eager attention")
+            per_layer[index] = zero_statistics(weights)
+            return tuple(None if o is weights else o for o in output)  # do not keep every layer's weights
+        return hook
+
+    handles = [m.register_forward_hook(reduce(i)) for i, m in enumerate(attention_modules(model))]
+    try:
+        model(tokens.to(model.device), output_attentions=True, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [per_layer[i] for i in sorted(per_layer)]
+
+
+def predicted_blind_distances(path: ScorePath, dtype: str) -> dict[str, list[float]]:
+    """Per threshold mode, each head's predicted blindness distance (bias alone)."""
+    if path.slopes is None:
+        return {}
+    stack = PositionStack([ALiBi(path.slopes.tolist(), num_heads=len(path.slopes))], len(path.slopes))
+    return {mode: blind_distances(stack, tau(dtype, mode)).tolist() for mode in THRESHOLDS}
+
+
+def summarize(model_name: str, dtype: str, path: ScorePath, notes: list[str], results: list[LayerStatistics]) -> dict:
+    """Everything a notebook needs: per length, per layer x head measured zero share and blindness distance; the
+    underflow share by distance per head (mean over layers); the prediction in both threshold modes."""
+    predicted = predicted_blind_distances(path, dtype)
+
+    def finite(values):
+        return [v if math.isfinite(v) else None for v in values]
+
+    return {
+        "model": model_name,
+        "architecture": path.architecture,
+        "dtype": dtype,
+        "softmax": path.softmax,
+        "notes": path.notes + notes,
+        "slopes": None if path.slopes is None else path.slopes.tolist(),
+        "tau": {mode: tau(dtype, mode) for mode in THRESHOLDS},
+        "predicted_blind_distance": {mode: finite(v) for mode, v in predicted.items()},
+        "lengths": [
+            {
+                "length": r.length,
+                "zero_share": [s.zero_share.tolist() for s in r.layers],
+                "blind_distance": [finite(s.blind_distance.tolist()) for s in r.layers],
+                "zero_share_by_distance": (
+                    torch.stack([s.zeros_by_distance for s in r.layers]).mean(0) / r.layers[0].pairs_by_distance
+                ).tolist(),
+            }
+            for r in results
+        ],
+    }

@@ -1,0 +1,63 @@
+"""How each published ALiBi architecture builds its attention logits in transformers' eager code.
+
+The prediction for a head needs its effective slope (the bias per token of distance, after every scaling) and
+the dtype whose rounding decides which weights become zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from blindheads.modules.position.slopes import mpt_slopes, press_slopes
+
+
+@dataclass
+class ScorePath:
+    architecture: str
+    slopes: torch.Tensor | None  # effective slope per head; None: no known additive bias
+    softmax: str  # how transformers computes the weights
+    notes: list[str] = field(default_factory=list)
+
+
+def score_path(model: nn.Module) -> ScorePath:
+    """The effective ALiBi slopes and softmax of ``model`` (a transformers causal LM) as its eager code runs."""
+    config = model.config
+    kind = config.model_type
+    if kind == "bloom":
+        return ScorePath("bloom", press_slopes(config.n_head),
+                         "logits = alibi (model dtype) + q.k / sqrt(d); softmax in float32, cast to the model dtype")
+    if kind == "falcon" and getattr(config, "alibi", False):
+        head_dim = config.hidden_size // config.num_attention_heads
+        return ScorePath(
+            "falcon-alibi", press_slopes(config.num_attention_heads) / math.sqrt(head_dim),
+            "logits = (q.k + alibi) / sqrt(d); softmax in the model dtype",
+            ["ALiBi slopes are scaled by 1/sqrt(head_dim)", "ALiBi is built from bfloat16 slopes"],
+        )
+    if kind == "mpt":
+        configured = config.attn_config.alibi_bias_max
+        notes = [] if configured == 8 else [
+            f"transformers' MPT ignores attn_config.alibi_bias_max={configured} and builds ALiBi with 8"]
+        return ScorePath("mpt", mpt_slopes(config.n_heads, 8.0),
+                         "logits = q.k * softmax_scale + alibi; softmax in float32, cast to the model dtype", notes)
+    return ScorePath(kind, None, "unknown: measured only")
+
+
+def _drop_duplicate_falcon_alibi(module, args, kwargs):
+    """transformers' eager Falcon adds ALiBi once in the causal mask and again inside the attention (twice the
+    slope SDPA, the default path, uses); a zero ``alibi`` argument keeps the mask's single copy."""
+    if kwargs.get("alibi") is not None:
+        kwargs["alibi"] = torch.zeros_like(kwargs["alibi"])
+    return args, kwargs
+
+
+def match_default_attention(model: nn.Module) -> list[str]:
+    """Make eager attention compute what the model's default attention computes; returns what was changed."""
+    if model.config.model_type == "falcon" and getattr(model.config, "alibi", False):
+        for layer in model.transformer.h:
+            layer.self_attention.register_forward_pre_hook(_drop_duplicate_falcon_alibi, with_kwargs=True)
+        return ["eager Falcon adds ALiBi twice in transformers; the duplicate was removed to match SDPA"]
+    return []

@@ -1,0 +1,135 @@
+"""Probes of published ALiBi architectures, on tiny randomly initialised BLOOM, Falcon and MPT built here."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from transformers import (BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, MptConfig,
+                          MptForCausalLM)
+from transformers.models.bloom.modeling_bloom import build_alibi_tensor as bloom_alibi
+from transformers.models.falcon.modeling_falcon import build_alibi_tensor as falcon_alibi
+from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+from blindheads.blindness import measure_tau
+from blindheads.cli.probe import main as probe
+from blindheads.datamodules.tokenizer import load_tokenizer
+from blindheads.probes.published import load_published, measure
+from blindheads.probes.score_paths import match_default_attention, score_path
+
+HEADS, HEAD_DIM = 4, 16
+ARCHITECTURES = {
+    "bloom": lambda: BloomForCausalLM(BloomConfig(vocab_size=4096, hidden_size=64, n_head=HEADS, n_layer=2)),
+    "falcon": lambda: FalconForCausalLM(FalconConfig(
+        vocab_size=4096, hidden_size=64, num_attention_heads=HEADS, num_hidden_layers=2, alibi=True,
+        new_decoder_architecture=False, multi_query=False, parallel_attn=False, bias=True)),
+    "mpt": lambda: MptForCausalLM(MptConfig(vocab_size=4096, d_model=64, n_heads=HEADS, n_layers=2, max_seq_len=4096,
+                                            attn_config={"alibi_bias_max": 12})),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory, cache_dir):
+    tokenizer = load_tokenizer("builtin", cache_dir)
+    root = tmp_path_factory.mktemp("published")
+    for name, build in ARCHITECTURES.items():
+        torch.manual_seed(0)
+        build().save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    return root
+
+
+def transformers_slopes(name: str) -> torch.Tensor:
+    """The slopes the transformers code itself uses, as effective bias per token of distance."""
+    if name == "bloom":
+        return bloom_alibi(torch.ones(1, 2), HEADS, torch.float32)[:, 0, 1]
+    if name == "falcon":
+        return falcon_alibi(torch.ones(1, 2), HEADS, torch.float32)[:, 0, 1] / math.sqrt(HEAD_DIM)
+    return -build_mpt_alibi_tensor(HEADS, 2)[:, 0, 0]  # MptModel calls it without the config's alibi_bias_max
+
+
+def bias_only(model):
+    """Zero the query/key projections of every layer: the logits are then the position bias alone."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "query_key_value" in name or "Wqkv" in name:
+                parameter.zero_()
+    return model
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_score_path_slopes_equal_the_transformers_code(name, model_dirs):
+    model, _ = load_published(str(model_dirs / name))
+    path = score_path(model)
+    torch.testing.assert_close(path.slopes.float(), transformers_slopes(name), rtol=1e-6, atol=0)
+    if name == "mpt":
+        assert "ignores attn_config.alibi_bias_max=12" in path.notes[0]
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_eager_weights_follow_the_predicted_effective_slope(name, model_dirs):
+    """ln(w_j / w_(j-1)) of a bias-only head is its effective slope: this checks the whole eager score path."""
+    model, _ = load_published(str(model_dirs / name))
+    match_default_attention(bias_only(model))
+    captured = {}
+    layer = next(m for m in model.modules() if type(m).__name__.endswith("Attention"))
+    layer.register_forward_hook(lambda module, inputs, output: captured.update(weights=output[1]))
+    model(torch.randint(0, 4096, (1, 32)), output_attentions=True, use_cache=False)
+    last_row = captured["weights"][0, :, -1].double()
+    measured = last_row[:, -1].log() - last_row[:, -2].log()
+    torch.testing.assert_close(measured, score_path(model).slopes, rtol=1e-2, atol=1e-5)
+
+
+def test_falcon_eager_matches_its_default_attention_after_the_fix(model_dirs):
+    tokens = torch.randint(0, 4096, (1, 256))
+    sdpa = FalconForCausalLM.from_pretrained(model_dirs / "falcon", attn_implementation="sdpa").eval()
+    sdpa_logits = sdpa(tokens).logits
+    model, _ = load_published(str(model_dirs / "falcon"))
+    before = (model(tokens).logits - sdpa_logits).abs().max()
+    assert match_default_attention(model)
+    after = (model(tokens).logits - sdpa_logits).abs().max()
+    assert after < 1e-5 and before > 100 * after, (before, after)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_measured_zero_shares_match_the_prediction_for_a_bias_dominated_model(name, model_dirs):
+    model, _ = load_published(str(model_dirs / name))
+    match_default_attention(bias_only(model))
+    length = 2048
+    (first, _) = measure(model, torch.randint(0, 4096, (1, length)))
+    slopes = score_path(model).slopes
+    # the weight at distance d is exp(-m d - ln Z): zero once m d > tau - ln Z (this CPU keeps subnormals)
+    log_z = torch.logsumexp(-slopes[:, None] * torch.arange(length, dtype=torch.float64), dim=-1)
+    predicted = torch.ceil((measure_tau("float32") - log_z) / slopes)
+    blind = predicted < length
+    assert blind.any()
+    measured = first.blind_distance
+    assert torch.equal(measured.isinf(), ~blind)
+    # Falcon builds ALiBi in bfloat16 (8 significant bits): its bias, so the distance, is off by up to D * 2^-8
+    tolerance = 1 + (predicted[blind] * 2**-8 if name == "falcon" else 0)
+    assert ((measured[blind] - predicted[blind]).abs() <= tolerance).all(), (measured, predicted)
+    expected_share = ((length - predicted[blind]) * (length - predicted[blind] + 1) / (length * (length + 1)))
+    torch.testing.assert_close(first.zero_share[blind], expected_share, rtol=0.02, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_probe_command_end_to_end(name, model_dirs, tmp_path):
+    summary = probe(["--model", str(model_dirs / name), "--lengths", "256", "600", "--out", str(tmp_path),
+                     "--retrieval"])
+    written = json.loads((tmp_path / "probe.json").read_text())
+    assert written["architecture"].startswith(name) and len(written["lengths"]) == 2
+    assert len(written["lengths"][1]["zero_share"]) == 2 and len(written["lengths"][1]["zero_share"][0]) == HEADS
+    assert set(written["predicted_blind_distance"]) == {"normal", "subnormal"}
+    assert {"passkey", "needle"} <= set(summary["retrieval"])
+    for image in ("measured_vs_predicted.png", "zero_share_heatmap.png"):
+        assert (tmp_path / image).stat().st_size > 10_000
+    rows = (tmp_path / "probe.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * HEADS
+
+
+def test_a_missing_model_without_the_hub_fails_clearly(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="cannot load model 'no-such-org/no-such-model'"):
+        load_published("no-such-org/no-such-model")
