@@ -1,0 +1,1 @@
+"""Reading results back for analysis: TensorBoard runs and probe outputs, as pandas tables."""

@@ -1,0 +1,73 @@
+"""TensorBoard runs as tables: every scalar, and one comparison row per experiment."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+COMPARISON = {
+    "val_loss": "val/loss",
+    "passkey_auc_in_domain": "passkey/auc_in_domain",
+    "passkey_auc_out_of_domain": "passkey/auc_out_of_domain",
+    "passkey_samples_in_domain": "passkey/samples_in_domain",
+    "passkey_samples_out_of_domain": "passkey/samples_out_of_domain",
+    "needle_auc_in_domain": "needle/auc_in_domain",
+    "needle_auc_out_of_domain": "needle/auc_out_of_domain",
+    "needle_samples_in_domain": "needle/samples_in_domain",
+    "needle_samples_out_of_domain": "needle/samples_out_of_domain",
+}
+
+
+def run_dirs(root: str | Path) -> list[Path]:
+    """Every directory below ``root`` that holds TensorBoard event files (one per run version)."""
+    return sorted({p.parent for p in Path(root).rglob("events.out.tfevents.*")})
+
+
+def scalars(run_dir: str | Path) -> pd.DataFrame:
+    """Every scalar of a run (all its event files, no sampling): columns ``tag``, ``step``, ``value``."""
+    rows = []
+    for events in sorted(Path(run_dir).glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            rows += [(tag, e.step, e.value) for e in accumulator.Scalars(tag)]
+    frame = pd.DataFrame(rows, columns=["tag", "step", "value"])
+    return frame.drop_duplicates(["tag", "step"], keep="last").sort_values(["tag", "step"], ignore_index=True)
+
+
+def _last(frame: pd.DataFrame, tag: str) -> float:
+    values = frame.loc[frame["tag"] == tag, "value"]
+    return float(values.iloc[-1]) if len(values) else math.nan
+
+
+def comparison_table(root: str | Path) -> pd.DataFrame:
+    """One row per run: the experiment (logger name), version, last step, and the latest validation loss and
+    retrieval AUCs with their sample counts; ``test/`` values from a ``results.json`` beside the run win."""
+    rows = []
+    for run in run_dirs(root):
+        frame = scalars(run)
+        row = {"experiment": run.parent.name, "version": run.name,
+               "step": int(frame["step"].max()) if len(frame) else 0}
+        row.update({column: _last(frame, tag) for column, tag in COMPARISON.items()})
+        results = run / "results.json"
+        if results.exists():
+            metrics = json.loads(results.read_text())["metrics"]
+            for column, tag in COMPARISON.items():
+                value = metrics.get(f"test/{tag}", metrics.get("test/loss") if column == "val_loss" else None)
+                if isinstance(value, (int, float)):
+                    row[column] = value
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def per_head(frame: pd.DataFrame, prefix: str = "underflow") -> pd.DataFrame:
+    """``{prefix}/layer{l}/head{h}`` scalars as columns ``layer``, ``head``, ``step``, ``value``."""
+    pattern = rf"^{prefix}/layer(?P<layer>\d+)/head(?P<head>\d+)$"
+    parts = frame["tag"].str.extract(pattern)
+    keep = parts["layer"].notna()
+    out = frame[keep].assign(layer=parts.loc[keep, "layer"].astype(int), head=parts.loc[keep, "head"].astype(int))
+    return out[["layer", "head", "step", "value"]].reset_index(drop=True)

@@ -1,0 +1,77 @@
+"""Every notebook runs top to bottom on tiny artifacts made here, and produces the tables it promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from nbclient import NotebookClient
+
+from training_runs import REPO, run_cli, tiny_run_args
+
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+
+def execute(name: str, parameters: dict, workdir: Path) -> nbformat.NotebookNode:
+    """Run a notebook with a cell setting ``parameters`` after its ``parameters`` cell, as papermill does."""
+    book = nbformat.read(REPO / "notebooks" / name, as_version=4)
+    index = next(i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", []))
+    assignments = "\n".join(f"{key} = {value!r}" for key, value in parameters.items())
+    book.cells.insert(index + 1, nbformat.v4.new_code_cell(assignments))
+    NotebookClient(book, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
+    return book
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_are_committed_without_outputs(path):
+    book = nbformat.read(path, as_version=4)
+    code = [c for c in book.cells if c.cell_type == "code"]
+    assert code and all(not c.outputs and c.execution_count is None for c in code)
+    assert any("parameters" in c.metadata.get("tags", []) for c in code)
+
+
+def test_blindness_theory_notebook(tmp_path):
+    execute("01_blindness_theory.ipynb", {"heads": 8, "context": 1024, "output_dir": str(tmp_path)}, tmp_path)
+    distances = pd.read_csv(tmp_path / "blind_distances.csv")
+    assert len(distances) == 11 * 4 * 2 * 8  # setups x dtypes x threshold modes x heads
+    alibi = distances.query("setup == 'alibi' and dtype == 'float32' and threshold == 'normal'")
+    assert alibi["blind_distance"].iloc[0] == pytest.approx(87.3365 / 0.5, rel=1e-4)
+    assert (distances.query("setup == 'clamp'")["blind_distance"] == float("inf")).all()
+    shares = pd.read_csv(tmp_path / "underflow_vs_length.csv")
+    alibi_shares = shares.query("setup == 'alibi'")["all_pairs"]
+    assert alibi_shares.is_monotonic_increasing and alibi_shares.iloc[-1] > 0.5
+    measured = pd.read_csv(tmp_path / "measured_tau.csv").set_index("dtype")
+    assert measured.loc["float32", "measured_eager"] == pytest.approx(measured.loc["float32", "tau_subnormal"], abs=0.01)
+    assert measured.loc["float32", "measured_eager_flushing"] == pytest.approx(measured.loc["float32", "tau_normal"], abs=0.01)
+    check = pd.read_csv(tmp_path / "theory_vs_measurement.csv")
+    assert len(check) >= 3 and (check["measured_first_zero"] == check["predicted_first_zero"]).all()
+
+
+def test_published_models_notebook_probes_a_tiny_model_when_given_none(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setenv("BLINDHEADS_CACHE", str(cache_dir))
+    execute("02_published_models.ipynb", {"output_dir": str(tmp_path), "lengths": [128, 512]}, tmp_path)
+    table = pd.read_csv(tmp_path / "probe_table.csv")
+    assert list(table["length"]) == [128, 512] and table["architecture"].eq("bloom").all()
+    longest = table.iloc[-1]
+    assert 0 < longest["measured_zero_share"] <= longest["predicted_zero_share_normal"] + 0.02
+    assert longest["predicted_zero_share_subnormal"] < longest["predicted_zero_share_normal"]
+
+
+def test_training_runs_notebook_compares_experiments(tmp_path, cache_dir):
+    runs = tmp_path / "runs"
+    for setup in ("alibi", "nope"):
+        args = tiny_run_args(runs, cache_dir, evaluations=True, **{
+            "--model.decoder.position": setup, "--trainer.logger.init_args.name": setup,
+            "--trainer.logger.init_args.version": "run"})
+        result = run_cli(["fit", *args])
+        assert result.returncode == 0, result.stderr[-3000:]
+    execute("03_training_runs.ipynb", {"runs_dir": str(runs), "output_dir": str(tmp_path / "out")}, tmp_path)
+    table = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index("experiment")
+    assert sorted(table.index) == ["alibi", "nope"]
+    assert (table["step"] == 20).all() and table["val_loss"].between(0, 20).all()
+    assert (table["passkey_samples_out_of_domain"] == 12).all() and (table["needle_samples_out_of_domain"] == 12).all()
+    assert table["passkey_auc_out_of_domain"].between(0, 1).all()
+    underflow = pd.read_csv(tmp_path / "out" / "underflow_per_head.csv")
+    assert set(underflow["run"]) == {"alibi/run", "nope/run"} and set(underflow["head"]) == {0, 1, 2, 3}
