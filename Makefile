@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev,notebooks]"
+	$(PY) -m pip install --quiet -e ".[dev,notebooks,eval]"
 	$(PY) -m ipykernel install --sys-prefix --name blindheads --display-name "Python (blindheads)"
 	if git rev-parse --git-dir >/dev/null 2>&1; then $(VENV)/bin/nbstripout --install; fi
 	touch $@

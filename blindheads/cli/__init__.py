@@ -22,9 +22,23 @@ def _probe(argv: list[str]) -> None:
     probe_main(argv)
 
 
+def _export(argv: list[str]) -> None:
+    from blindheads.export.export import main as export_main
+
+    export_main(argv)
+
+
+def _lm_eval(argv: list[str]) -> None:
+    from blindheads.export.lm_eval_adapter import main as lm_eval_main  # registers the ``blindheads`` model
+
+    lm_eval_main(argv)
+
+
 COMMANDS = {
     "blindness": blindness.main,
     "probe": _probe,
+    "export": _export,
+    "lm_eval": _lm_eval,
     **{name: _lightning(name) for name in ("fit", "validate", "test")},
 }
 

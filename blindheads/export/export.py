@@ -1,0 +1,60 @@
+"""``blindheads export``: a Lightning checkpoint as a Hugging Face model directory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
+from blindheads.modules.config import DecoderConfig
+
+REMOTE_CODE = {
+    "configuration_blindheads.py": "from blindheads.export.hf import BlindheadsConfig  # noqa: F401\n",
+    "modeling_blindheads.py": "from blindheads.export.hf import BlindheadsForCausalLM  # noqa: F401\n",
+}
+
+
+def load_checkpoint(ckpt_path: str | Path) -> dict:
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def export(ckpt_path: str | Path, out: str | Path) -> Path:
+    """Write config, safetensors weights, the tokenizer and the remote-code stubs for ``AutoModelForCausalLM``."""
+    checkpoint = load_checkpoint(ckpt_path)
+    hyper = checkpoint["hyper_parameters"]
+    decoder_config = hyper["decoder"] if isinstance(hyper["decoder"], DecoderConfig) else DecoderConfig(
+        **hyper["decoder"])
+    config = BlindheadsConfig.from_decoder_config(decoder_config, auto_map={
+        "AutoConfig": "configuration_blindheads.BlindheadsConfig",
+        "AutoModelForCausalLM": "modeling_blindheads.BlindheadsForCausalLM",
+    })
+    model = BlindheadsForCausalLM(config)
+    state = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("decoder.")}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k not in model._tied_weights_keys]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {ckpt_path} does not match its decoder: missing {missing}, unexpected {unexpected}")
+    out = Path(out)
+    model.save_pretrained(out)
+    for name, source in REMOTE_CODE.items():
+        (out / name).write_text(source)
+    data = checkpoint.get("datamodule_hyper_parameters") or {}
+    if "tokenizer" in data:
+        from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
+
+        cache = data.get("cache_dir") or default_cache_dir()
+        load_tokenizer(data["tokenizer"], cache, data.get("builtin_vocab_size", 4096)).save_pretrained(out)
+    return out
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="blindheads export", description=__doc__)
+    parser.add_argument("--ckpt_path", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    print(f"exported {args.ckpt_path} to {export(args.ckpt_path, args.out)}/")

@@ -1,0 +1,131 @@
+"""An lm-evaluation-harness model for blindheads decoders: ``lm_eval`` tasks on Lightning checkpoints.
+
+    blindheads lm_eval --model blindheads --model_args ckpt_path=runs/alibi/version_0/checkpoints/last.ckpt \\
+        --tasks hellaswag,arc_easy,arc_challenge,piqa,winogrande,openbookqa,sciq,lambada_openai
+
+Contexts longer than the evaluation window keep their most recent tokens (``max_length``, by default the model's
+training context length).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
+
+from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
+
+
+def load_lightning_checkpoint(ckpt_path: str, device: str):
+    """The decoder and the tokenizer it was trained with."""
+    from blindheads.export.export import load_checkpoint
+    from blindheads.modules.lm import DecoderLM
+
+    checkpoint = load_checkpoint(ckpt_path)
+    model = DecoderLM.load_from_checkpoint(ckpt_path, map_location=device)
+    data = checkpoint.get("datamodule_hyper_parameters") or {}
+    tokenizer = load_tokenizer(data.get("tokenizer", "builtin"), data.get("cache_dir") or default_cache_dir(),
+                               data.get("builtin_vocab_size", 4096))
+    return model.decoder.to(device).eval(), tokenizer
+
+
+@register_model("blindheads")
+class BlindheadsLM(TemplateLM):
+    """Log-likelihoods, rolling log-likelihoods and greedy generation from one forward pass per batch."""
+
+    def __init__(self, ckpt_path: str | None = None, decoder=None, tokenizer=None, batch_size: int | str = 8,
+                 device: str = "cpu", max_length: int | None = None, max_gen_toks: int = 256) -> None:
+        super().__init__()
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            device = "cpu"  # lm_eval's CLI asks for cuda by default
+        if ckpt_path is not None:
+            decoder, tokenizer = load_lightning_checkpoint(ckpt_path, device)
+        if decoder is None or tokenizer is None:
+            raise ValueError("give model_args ckpt_path=PATH (or a decoder and its tokenizer)")
+        self.decoder, self.tokenizer = decoder.eval(), tokenizer
+        self._device = next(decoder.parameters()).device
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
+        self._max_length = int(max_length or decoder.config.context_length)
+        self.max_gen_toks = int(max_gen_toks)
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        return self.tokenizer(string, add_special_tokens=bool(add_special_tokens)).input_ids
+
+    def tok_decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens)
+
+    @torch.no_grad()
+    def _continuation_scores(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """Sum of log-probabilities of each continuation given its context, and whether greedy decoding would
+        produce it; right-padded batches (causality keeps padding from touching real tokens)."""
+        out = []
+        for start in range(0, len(pairs), self.batch_size):
+            batch = pairs[start : start + self.batch_size]
+            inputs = [(context + continuation)[-(self.max_length + 1):][:-1] for context, continuation in batch]
+            width = max(len(x) for x in inputs)
+            padded = torch.full((len(inputs), width), self.eot_token_id, dtype=torch.long)
+            for row, tokens in enumerate(inputs):
+                padded[row, : len(tokens)] = torch.tensor(tokens)
+            logits = self.decoder(padded.to(self._device)).float()
+            for row, ((_, continuation), tokens) in enumerate(zip(batch, inputs)):
+                end = len(tokens)
+                log_probs = F.log_softmax(logits[row, end - len(continuation) : end], dim=-1).cpu()
+                target = torch.tensor(continuation)
+                total = float(log_probs.gather(1, target[:, None]).sum())
+                out.append((total, bool((log_probs.argmax(-1) == target).all())))
+        return out
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        return self._continuation_scores([(context, continuation) for _, context, continuation in requests])
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        totals = []
+        for request in tqdm(requests, disable=disable_tqdm):
+            windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
+                self.tok_encode(request.args[0]), self.prefix_token_id, self.max_length, context_len=1)]
+            totals.append(sum(score for score, _ in self._continuation_scores(windows)))
+        return totals
+
+    @torch.no_grad()
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Greedy decoding (the full prefix is recomputed each step: no KV cache) until a stop string."""
+        outputs = []
+        for request in tqdm(requests, disable=disable_tqdm):
+            context, options = request.args
+            until = options.get("until") or [self.tok_decode([self.eot_token_id])]
+            until = [until] if isinstance(until, str) else until
+            tokens, text = self.tok_encode(context), ""
+            for _ in range(int(options.get("max_gen_toks", self.max_gen_toks))):
+                window = torch.tensor([tokens[-self.max_length:]], device=self._device)
+                following = int(self.decoder(window)[0, -1].argmax())
+                if following == self.eot_token_id:
+                    break
+                tokens.append(following)
+                text += self.tok_decode([following])
+                if any(stop in text for stop in until):
+                    break
+            for stop in until:
+                text = text.split(stop)[0]
+            outputs.append(text)
+        return outputs
+
+
+def main(argv: list[str]) -> None:
+    """``blindheads lm_eval ARGS``: lm-evaluation-harness's own CLI with the ``blindheads`` model registered."""
+    import sys
+
+    from lm_eval.__main__ import cli_evaluate
+
+    sys.argv = ["lm_eval", *argv]
+    cli_evaluate()

@@ -1,0 +1,169 @@
+"""Hugging Face export and the lm-evaluation-harness adapter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lm_eval import simple_evaluate
+from lm_eval.api.instance import Instance
+from lm_eval.tasks import TaskManager
+from transformers import AutoModelForCausalLM
+
+from blindheads.callbacks.lm_eval import LMEvalHarness
+from blindheads.datamodules.tokenizer import load_tokenizer
+from blindheads.export.export import export
+from blindheads.export.lm_eval_adapter import BlindheadsLM
+from blindheads.modules import DecoderConfig
+from blindheads.modules.config import PRESETS
+from blindheads.modules.lm import DecoderLM
+from test_backends import SPECS
+from training_runs import run_cli, tiny_run_args
+
+
+def checkpoint_of(model: DecoderLM, path: Path) -> Path:
+    """The parts of a Lightning checkpoint that export reads."""
+    torch.save({"hyper_parameters": dict(model.hparams), "state_dict": model.state_dict()}, path)
+    return path
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
+    torch.manual_seed(0)
+    model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()
+    with torch.no_grad():  # make learnable slopes differ from their initial values
+        for name, parameter in model.named_parameters():
+            if "log_slopes" in name:
+                parameter.add_(0.1)
+    out = export(checkpoint_of(model, tmp_path / "model.ckpt"), tmp_path / "hf")
+    loaded = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
+    tokens = torch.randint(0, 512, (2, 48))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens).logits, model(tokens), rtol=0, atol=0)
+
+
+def test_export_of_a_trained_run_includes_its_tokenizer(cache_dir, tmp_path):
+    run = {"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
+    assert run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **run)]).returncode == 0
+    ckpt = tmp_path / "alibi/run/checkpoints/last.ckpt"
+    result = run_cli(["export", "--ckpt_path", str(ckpt), "--out", str(tmp_path / "hf")])
+    assert result.returncode == 0, result.stderr[-2000:]
+    config = json.loads((tmp_path / "hf/config.json").read_text())
+    assert config["model_type"] == "blindheads" and config["auto_map"]["AutoModelForCausalLM"]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
+    assert tokenizer.eos_token == "<|endoftext|>" and len(tokenizer) == 4096
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
+    original = DecoderLM.load_from_checkpoint(ckpt).eval()
+    tokens = tokenizer("The grass is green. The sky is blue.", return_tensors="pt").input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens).logits, original(tokens), rtol=0, atol=0)
+        generated = loaded.generate(tokens, max_new_tokens=5, do_sample=False)
+    assert generated.shape == (1, tokens.shape[1] + 5)
+
+
+def test_export_of_a_missing_checkpoint_fails_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint .*missing.ckpt does not exist"):
+        export(tmp_path / "missing.ckpt", tmp_path / "out")
+
+
+@pytest.fixture(scope="module")
+def adapter(cache_dir):
+    torch.manual_seed(0)
+    tokenizer = load_tokenizer("builtin", cache_dir)
+    decoder = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096})).decoder.eval()
+    return BlindheadsLM(decoder=decoder, tokenizer=tokenizer, batch_size=3, max_length=128)
+
+
+def direct_logprob(adapter, context: str, continuation: str) -> float:
+    ctx, cont = adapter.tok_encode(context), adapter.tok_encode(continuation)
+    tokens = torch.tensor([ctx + cont])
+    with torch.no_grad():
+        log_probs = F.log_softmax(adapter.decoder(tokens[:, :-1]).float(), dim=-1)[0]
+    return float(log_probs[len(ctx) - 1 :].gather(1, torch.tensor(cont)[:, None]).sum())
+
+
+def test_adapter_loglikelihoods_equal_a_direct_forward_pass(adapter):
+    pairs = [("The sky is", " blue."), ("Here we go.", " There and back again."), ("A", " b c d e f")]
+    requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+    results = adapter.loglikelihood(requests)
+    for (context, continuation), (logprob, _) in zip(pairs, results):
+        assert logprob == pytest.approx(direct_logprob(adapter, context, continuation), abs=1e-4)
+
+
+def test_adapter_rolling_loglikelihood_sums_every_token(adapter):
+    text = " ".join(["The river flows past the old mill."] * 40)  # longer than max_length: several windows
+    (total,) = adapter.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
+    tokens = [adapter.eot_token_id] + adapter.tok_encode(text)
+    length = adapter.max_length
+    assert len(tokens) > 2 * length
+    expected = 0.0
+    for position in range(1, len(tokens)):  # disjoint windows of max_length predictions, each with its own context
+        start = (position - 1) // length * length
+        with torch.no_grad():
+            logits = adapter.decoder(torch.tensor([tokens[start:position]]))[0, -1].float()
+        expected += float(F.log_softmax(logits, dim=-1)[tokens[position]])
+    assert total == pytest.approx(expected, rel=1e-3)
+
+
+def test_adapter_greedy_generation_stops_at_until(adapter):
+    (text,) = adapter.generate_until([Instance("generate_until", {}, ("The sky", {"until": ["\n"], "max_gen_toks": 6}), 0)])
+    tokens = adapter.tok_encode("The sky")
+    expected = ""
+    for _ in range(6):
+        following = int(adapter.decoder(torch.tensor([tokens]))[0, -1].argmax())
+        tokens.append(following)
+        expected += adapter.tok_decode([following])
+    assert text == expected.split("\n")[0]
+
+
+def write_local_task(directory: Path) -> Path:
+    rows = [{"question": "The sky is", "choices": [" blue.", " green."], "label": 0},
+            {"question": "The grass is", "choices": [" green.", " loud."], "label": 0},
+            {"question": "There and back", "choices": [" again.", " purple."], "label": 0}]
+    (directory / "tiny.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (directory / "tiny.yaml").write_text(f"""task: tiny_choice
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {directory / 'tiny.jsonl'}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{label}}}}"
+metric_list:
+  - metric: acc
+""")
+    return directory
+
+
+def test_a_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, tmp_path):
+    manager = TaskManager(include_path=str(write_local_task(tmp_path)))
+    results = simple_evaluate(model=adapter, tasks=["tiny_choice"], task_manager=manager, bootstrap_iters=0)
+    accuracy = results["results"]["tiny_choice"]["acc,none"]
+    rows = [json.loads(line) for line in (tmp_path / "tiny.jsonl").read_text().splitlines()]
+    correct = [max(range(2), key=lambda c: direct_logprob(adapter, r["question"], r["choices"][c])) == r["label"]
+               for r in rows]
+    assert accuracy == pytest.approx(sum(correct) / len(rows))
+
+
+def test_test_command_includes_lm_eval_in_the_results(cache_dir, tmp_path):
+    tasks = write_local_task(tmp_path)
+    run = {"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
+    assert run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **run)]).returncode == 0
+    result = run_cli(["test", *tiny_run_args(tmp_path, cache_dir, **run), "--ckpt_path", "last",
+                      "--trainer.callbacks+=blindheads.callbacks.lm_eval.LMEvalHarness",
+                      "--trainer.callbacks.tasks=[tiny_choice]", f"--trainer.callbacks.include_path={tasks}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "alibi/run/results.json").read_text())["metrics"]
+    assert 0 <= metrics["test/lm_eval/tiny_choice/acc"] <= 1
+
+
+def test_unknown_lm_eval_task_fails_clearly():
+    with pytest.raises(ValueError, match=r"unknown lm-evaluation-harness tasks \['no_such_task'\]"):
+        LMEvalHarness(tasks=["no_such_task"])
