@@ -17,9 +17,17 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# The README's main job.
+# The README's main job: a real, short fit on the offline builtin data, then test with the retrieval evaluations.
+DEMO := --config configs/smoke.yaml --trainer.logger.init_args.name demo --trainer.logger.init_args.version smoke
 demo: install
-	$(VENV)/bin/blindheads blindness --heads 9 --context 2048 --dtype bfloat16
+	rm -rf runs/demo
+	$(VENV)/bin/blindheads fit $(DEMO)
+	$(VENV)/bin/blindheads test $(DEMO) --ckpt_path last
+	$(VENV)/bin/blindheads blindness --config configs/smoke.yaml --dtype float32
+	@echo
+	@echo "TensorBoard logs: tensorboard --logdir runs/demo"
+	@echo "checkpoint:       runs/demo/smoke/checkpoints/last.ckpt"
+	@echo "results:          runs/demo/smoke/results.json, passkey.json, needle.json"
 
 # The README's test command: the whole suite, slow tests included (CI runs this).
 test: install
@@ -29,5 +37,8 @@ test: install
 test-fast: install
 	$(PY) -m pytest -n 2 -m "not slow"
 
+# Scripts that print figures (a few minutes each on 2 cores).
 benchmark: install
 	$(PY) benchmarks/decoder_throughput.py
+	$(PY) benchmarks/data_throughput.py
+	$(PY) benchmarks/training_throughput.py

@@ -1,6 +1,7 @@
 """Forward+backward tokens/s of the decoder for each position setup, and of transformers' Llama of the same shape.
 
     python benchmarks/decoder_throughput.py [--layers 4] [--length 1024] [--batch 2] [--rounds 5] [--attention sdpa]
+                                            [--keep-subnormals]
 
 Prints one row per setup with its step time relative to NoPE (goal: ALiBi and every mitigation <= 1.10x) and
 ours-vs-Llama (goal: RoPE at least as fast as ``LlamaForCausalLM``).
@@ -74,13 +75,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="timed steps per setup, interleaved")
     parser.add_argument("--attention", default="sdpa", choices=["sdpa", "eager", "flex"])
+    parser.add_argument("--keep-subnormals", action="store_true",
+                        help="do not flush subnormals (blindheads fit flushes them; CPU arithmetic on them is slow)")
     args = parser.parse_args()
+    if not args.keep_subnormals:
+        torch.set_flush_denormal(True)  # before any thread starts: new threads inherit the flag
     torch.manual_seed(0)
     shape = dict(num_layers=args.layers, context_length=max(args.length, 2048), attention=args.attention)
     tokens = torch.randint(0, 49152, (args.batch, args.length))
     n_tokens = tokens.numel()
     print(f"smollm-148m shape with {args.layers} layers, batch {args.batch} x {args.length} tokens, "
-          f"{args.attention}, {torch.get_num_threads()} threads, torch {torch.__version__}")
+          f"{args.attention}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"subnormals {'kept' if args.keep_subnormals else 'flushed'}")
     models = {spec: Decoder(DecoderConfig.from_preset("smollm-148m", position=spec, **shape)) for spec in SETUPS}
     models[LLAMA] = llama_like(DecoderConfig.from_preset("smollm-148m", **shape))
     results = median_step_seconds(models, tokens, args.rounds)
