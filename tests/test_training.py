@@ -155,3 +155,17 @@ def test_two_process_evaluation_equals_single_process(cache_dir, tmp_path):
     assert len(retrieval) > 20
     for key in retrieval:
         assert metrics["2"][key] == pytest.approx(metrics["1"][key], rel=1e-5), key
+
+
+@pytest.mark.slow
+def test_compiled_blocks_train_like_eager_ones(cache_dir, tmp_path):
+    """``model.compile: true`` compiles each block (inductor, on CPU here) and trains to the same losses."""
+    losses = {}
+    for compiled in ("false", "true"):
+        args = tiny_run_args(tmp_path / compiled, cache_dir, **{"--model.compile": compiled, "--trainer.max_steps": "4"})
+        result = run_cli(["fit", *args])
+        assert result.returncode == 0, result.stderr[-3000:]
+        losses[compiled] = scalars(tmp_path / compiled, "train/loss")
+    assert sorted(losses["true"]) == [0, 1, 2, 3]
+    for step in range(4):
+        assert losses["true"][step] == pytest.approx(losses["false"][step], rel=1e-3)
