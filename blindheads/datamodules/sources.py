@@ -25,8 +25,8 @@ class DataFiles:
     format: str
 
 
-def _format_of(files: list[str]) -> str:
-    suffixes = {"".join(s for s in Path(f.removesuffix(".gz")).suffixes[-1:]) for f in files}
+def format_of(files: list[str]) -> str:
+    suffixes = {Path(f.removesuffix(".gz")).suffix for f in files}
     formats = {FORMATS.get(suffix) for suffix in suffixes}
     if None in formats or len(formats) != 1:
         raise ValueError(f"data files must all be one of {sorted(FORMATS)} (optionally .gz); got suffixes {sorted(suffixes)}")
@@ -91,7 +91,7 @@ def data_files(
         train, held_out = all_files[:-1], all_files[-1:]
     if shuffle_files_seed is not None:
         random.Random(shuffle_files_seed).shuffle(train)
-    return DataFiles(tuple(train), tuple(held_out), _format_of(train + held_out))
+    return DataFiles(tuple(train), tuple(held_out), format_of(train + held_out))
 
 
 def stream_documents(files: tuple[str, ...], format: str, text_column: str) -> datasets.IterableDataset:

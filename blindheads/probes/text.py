@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from itertools import islice
-
 import torch
 
 from blindheads.datamodules.builtin_corpus import builtin_documents
-from blindheads.datamodules.sources import FORMATS, _format_of, expand_files, stream_documents
+from blindheads.datamodules.sources import expand_files, format_of, stream_documents
 
 
 def documents(text: list[str] | str) -> list[str]:
@@ -15,7 +13,7 @@ def documents(text: list[str] | str) -> list[str]:
     if text == "builtin" or text == ["builtin"]:
         return [body for _, body in builtin_documents()]
     files = tuple(expand_files(text))
-    return [row["text"] for row in stream_documents(files, _format_of(list(files)), "text")]
+    return [row["text"] for row in stream_documents(files, format_of(list(files)), "text")]
 
 
 def token_stream(tokenizer, texts: list[str], count: int) -> torch.Tensor:
@@ -24,13 +22,10 @@ def token_stream(tokenizer, texts: list[str], count: int) -> torch.Tensor:
     tokens: list[int] = []
     while len(tokens) < count:
         before = len(tokens)
-        for text in islice(texts, None):
+        for text in texts:
             tokens += tokenizer(text, add_special_tokens=False).input_ids + separator
             if len(tokens) >= count:
                 break
         if len(tokens) == before:
             raise ValueError("the probe text holds no tokens")
     return torch.tensor(tokens[:count], dtype=torch.long)
-
-
-__all__ = ["FORMATS", "documents", "token_stream"]
