@@ -130,6 +130,9 @@ def test_probe_command_end_to_end(name, model_dirs, tmp_path):
 
 
 def test_a_missing_model_without_the_hub_fails_clearly(monkeypatch):
+    import huggingface_hub
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import, not per call
     with pytest.raises(ValueError, match="cannot load model 'no-such-org/no-such-model'"):
         load_published("no-such-org/no-such-model")
