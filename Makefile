@@ -23,7 +23,7 @@ demo: install
 	rm -rf runs/demo
 	$(VENV)/bin/blindheads fit $(DEMO)
 	$(VENV)/bin/blindheads test $(DEMO) --ckpt_path last
-	$(VENV)/bin/blindheads blindness --config configs/smoke.yaml --dtype float32
+	$(VENV)/bin/blindheads blindness --config configs/smoke.yaml --dtype float32 --context 1024
 	@echo
 	@echo "TensorBoard logs: tensorboard --logdir runs/demo"
 	@echo "checkpoint:       runs/demo/smoke/checkpoints/last.ckpt"

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import lightning as L
+
+
+HEADLINE = re.compile(r"^test/(loss|ppl|(passkey|needle)/(auc|samples)_\w+|extrapolation/\d+x/loss|underflow/mean_\w+)$")
 
 
 class ResultsFile(L.Callback):
@@ -32,3 +36,6 @@ class ResultsFile(L.Callback):
         results = {"ckpt_path": trainer.ckpt_path, "global_step": step, "metrics": metrics}
         self.path.write_text(json.dumps(results, indent=2) + "\n")
         print(f"results: {self.path}")
+        for key, value in metrics.items():
+            if HEADLINE.match(key):
+                print(f"  {key:<40} {value:.4g}" if isinstance(value, float) else f"  {key:<40} {value}")
