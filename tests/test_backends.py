@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from blindheads.modules import Decoder, DecoderConfig
-from blindheads.modules import backends
+from blindheads.modules import Decoder, DecoderConfig, backends
 from blindheads.modules.backends import flex_block_mask, resolve_backend
 
 # With the tiny preset (context 128) and 64-token inputs, clamp(-10) and soft_cap(5) are active, not idle.

@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 import torch
+from data_fixtures import MARKER, write_fineweb_parquet
 from torch.utils.data import DataLoader
 
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.sources import stream_documents
 from blindheads.datamodules.windows import TokenWindows, collate_windows
-from data_fixtures import MARKER, write_fineweb_parquet
 
 
 def make_datamodule(cache_dir, files=None, **kwargs):

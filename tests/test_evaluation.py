@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import subprocess
 import sys
@@ -12,19 +11,19 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from oracles import OracleDecoder
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from blindheads.blindness import blind_distances, first_blind_token, flushing_subnormals, tau
 from blindheads.callbacks.underflow import UnderflowMonitor
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.tokenizer import load_tokenizer
-from blindheads.evaluation.prompts import PASSKEY_FILLER, needle_samples, passkey_samples
+from blindheads.evaluation.prompts import needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import GridSummary, auc_over_log_length
 from blindheads.modules import Decoder, DecoderConfig
 from blindheads.modules.config import PRESETS
 from blindheads.modules.lm import DecoderLM
-from oracles import OracleDecoder
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from lm_eval import simple_evaluate
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
+from test_backends import SPECS
+from training_runs import run_cli, tiny_run_args
 from transformers import AutoModelForCausalLM
 
 from blindheads.callbacks.lm_eval import LMEvalHarness
@@ -20,8 +22,6 @@ from blindheads.export.lm_eval_adapter import BlindheadsLM
 from blindheads.modules import DecoderConfig
 from blindheads.modules.config import PRESETS
 from blindheads.modules.lm import DecoderLM
-from test_backends import SPECS
-from training_runs import run_cli, tiny_run_args
 
 
 def checkpoint_of(model: DecoderLM, path: Path) -> Path:

@@ -8,7 +8,6 @@ import nbformat
 import pandas as pd
 import pytest
 from nbclient import NotebookClient
-
 from training_runs import REPO, run_cli, tiny_run_args
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))

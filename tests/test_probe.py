@@ -7,8 +7,7 @@ import math
 
 import pytest
 import torch
-from transformers import (BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, MptConfig,
-                          MptForCausalLM)
+from transformers import BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, MptConfig, MptForCausalLM
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor as bloom_alibi
 from transformers.models.falcon.modeling_falcon import build_alibi_tensor as falcon_alibi
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor

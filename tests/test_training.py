@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from training_runs import REPO, run_cli, scalars, tiny_run_args
 
 from blindheads.modules.schedules import lr_multiplier
 from blindheads.training.cli import build_cli
-from training_runs import REPO, run_cli, scalars, tiny_run_args
 
 CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml"))
 

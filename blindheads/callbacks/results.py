@@ -9,7 +9,6 @@ from pathlib import Path
 
 import lightning as L
 
-
 HEADLINE = re.compile(r"^test/(loss|ppl|(passkey|needle)/(auc|samples)_\w+|extrapolation/\d+x/loss|underflow/mean_\w+)$")
 
 

@@ -11,7 +11,7 @@ from torch import nn
 from blindheads.blindness import THRESHOLDS, blind_distances, resolve_dtype, tau
 from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics
 from blindheads.modules.position import ALiBi, PositionStack
-from blindheads.probes.score_paths import ScorePath, match_default_attention, score_path
+from blindheads.probes.score_paths import ScorePath
 
 
 def load_published(name: str, dtype: str = "float32"):
