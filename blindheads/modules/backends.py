@@ -82,7 +82,7 @@ class SdpaBias:
         return self.stack.dense_bias(stop - start, stop, self.device, kv_len=self.length)
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, bias: SdpaBias | None) -> Tensor:
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, bias: SdpaBias | None) -> Tensor:
     """``bias`` is ``None`` when the stack needs only causality."""
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)

@@ -33,13 +33,15 @@ class Attention(nn.Module):
         if backend == "flex":
             y = backends.flex(q, k, v, position, prepared)
         elif backend == "sdpa" and position.is_additive:
-            y = backends.sdpa_attention(q, k, v, position, prepared)
+            y = backends.sdpa_attention(q, k, v, prepared)
         else:
             y = backends.eager_attention(q, k, v, position, self.weights)
         return self.o_proj(y.transpose(1, 2).reshape(batch, length, -1))
 
 
 class SwiGLU(nn.Module):
+    """The gated MLP of Llama: ``down(silu(gate(x)) * up(x))``."""
+
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(config.hidden_size, config.mlp_size, bias=False)
@@ -51,6 +53,8 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
+    """Pre-norm residual block: attention, then MLP."""
+
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.attn_norm = nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
