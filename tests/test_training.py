@@ -169,3 +169,11 @@ def test_compiled_blocks_train_like_eager_ones(cache_dir, tmp_path):
     assert sorted(losses["true"]) == [0, 1, 2, 3]
     for step in range(4):
         assert losses["true"][step] == pytest.approx(losses["false"][step], rel=1e-3)
+
+
+def test_configs_compose_left_to_right_and_print():
+    result = run_cli(["fit", "--config", str(REPO / "configs/smoke.yaml"), "--config",
+                      str(REPO / "configs/model/wide_clamp.yaml"), "--print_config"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "position: alibi(wide)+clamp" in result.stdout and "name: wide_clamp" in result.stdout
+    assert "hidden_size: 128" in result.stdout, "the earlier file's fields survive the later one"
