@@ -18,6 +18,7 @@ from blindheads.blindness import blind_distances, first_blind_token, flushing_su
 from blindheads.callbacks.underflow import UnderflowMonitor
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.tokenizer import load_tokenizer
+from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import GridSummary, auc_over_log_length
@@ -104,7 +105,7 @@ def test_grid_summary_splits_domains_at_the_training_length():
     assert summary.metrics["auc_out_of_domain"] == 0.0
     assert summary.metrics["samples_in_domain"] == 16 and summary.metrics["samples_out_of_domain"] == 8
     assert [c["in_domain"] for c in summary.to_dict()["cells"]] == [True, True, True, True, False, False]
-    assert summary.heatmap("passkey").axes[0].get_title() == "passkey"
+    assert grid_heatmap(summary, "passkey").axes[0].get_title() == "passkey"
 
 
 class ProbeData(L.LightningDataModule):
@@ -117,8 +118,8 @@ class ProbeData(L.LightningDataModule):
         self.inner.prepare_data()
         self.seq_len, self.tokenizer = seq_len, self.inner.tokenizer
 
-    def heldout_tokens(self, count):
-        return self.inner.heldout_tokens(count)
+    def heldout_windows(self, count, length):
+        return self.inner.heldout_windows(count, length)
 
     def test_dataloader(self):
         return self.inner.val_dataloader()

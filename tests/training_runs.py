@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from blindheads.analysis.runs import run_dirs
+from blindheads.analysis.runs import scalars as run_scalars
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -63,11 +64,9 @@ def run_cli(args: list[str], env: dict | None = None, timeout: int = 600) -> sub
 
 
 def scalars(log_dir: Path, tag: str) -> dict[int, float]:
-    """Every value of ``tag`` in every event file below ``log_dir``, by step (no sampling)."""
+    """Every value of ``tag`` in every run below ``log_dir``, by step (no sampling)."""
     values = {}
-    for events in sorted(Path(log_dir).rglob("events.out.tfevents.*")):
-        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        if tag in accumulator.Tags()["scalars"]:
-            values.update({event.step: event.value for event in accumulator.Scalars(tag)})
+    for run in run_dirs(log_dir):
+        frame = run_scalars(run)
+        values.update(frame.loc[frame["tag"] == tag].set_index("step")["value"].to_dict())
     return values

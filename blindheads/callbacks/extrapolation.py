@@ -28,7 +28,7 @@ class LengthExtrapolation(PeriodicEvaluation):
         results = {}
         for factor in self.factors:
             length = factor * base
-            tokens = trainer.datamodule.heldout_tokens(self.sequences * (length + 1)).view(self.sequences, length + 1)
+            tokens = trainer.datamodule.heldout_windows(self.sequences, length)
             mine = tokens[trainer.global_rank :: trainer.world_size].to(pl_module.device)
             bucket_sums = torch.zeros(factor, dtype=torch.float64, device=pl_module.device)
             if len(mine):

@@ -9,6 +9,7 @@ import lightning as L
 import numpy as np
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, tensorboard, training_length
+from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import CellAccuracy, GridSummary
@@ -87,7 +88,7 @@ class RetrievalEval(PeriodicEvaluation):
         log_scalars(trainer, pl_module, scalars, prefix)
         writer = tensorboard(trainer)
         if writer is not None:
-            figure = summary.heatmap(f"{self.task}, step {trainer.global_step}")
+            figure = grid_heatmap(summary, f"{self.task}, step {trainer.global_step}")
             writer.add_figure(f"{prefix}{self.task}/heatmap", figure, trainer.global_step)
         log_dir = trainer.log_dir  # a collective under DDP: every rank reads it
         if prefix == "test/" and trainer.is_global_zero and log_dir:

@@ -43,8 +43,7 @@ class UnderflowMonitor(PeriodicEvaluation):
         self.grad_zero: list[torch.Tensor] = []
 
     def _probe_tokens(self, trainer, length: int) -> torch.Tensor:
-        tokens = trainer.datamodule.heldout_tokens(self.batch_size * (length + 1))
-        return tokens.view(self.batch_size, length + 1)
+        return trainer.datamodule.heldout_windows(self.batch_size, length)
 
     def _attention_modules(self, pl_module):
         return [block.attn.weights for block in pl_module.decoder.blocks]

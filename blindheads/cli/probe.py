@@ -13,7 +13,7 @@ from torch import nn
 
 from blindheads.blindness import DTYPES
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
-from blindheads.probes.published import LayerStatistics, load_published, measure, summarize
+from blindheads.probes.published import LayerStatistics, load_published, measure, predicted_blind_distances, summarize
 from blindheads.probes.score_paths import match_default_attention, score_path
 from blindheads.probes.text import documents, token_stream
 
@@ -44,10 +44,9 @@ class TransformersDecoder(nn.Module):
         return self.model.base_model(tokens, use_cache=False).last_hidden_state
 
 
-def write_outputs(out: Path, summary: dict, results: list[LayerStatistics]) -> None:
+def write_outputs(out: Path, summary: dict, results: list[LayerStatistics], predicted: dict[str, list[float]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe.json").write_text(json.dumps(summary, indent=2) + "\n")
-    predicted = summary["predicted_blind_distance"]
     with open(out / "probe.csv", "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["length", "layer", "head", "zero_share", "blind_distance", "predicted_normal",
@@ -58,9 +57,9 @@ def write_outputs(out: Path, summary: dict, results: list[LayerStatistics]) -> N
                     writer.writerow([r.length, layer, head, share, distance if math.isfinite(distance) else "",
                                      *(predicted.get(m, [None] * (head + 1))[head] for m in ("normal", "subnormal"))])
     longest = results[-1]
-    to_tensor = lambda values: torch.tensor([math.inf if v is None else v for v in values])  # noqa: E731
-    normal = to_tensor(predicted["normal"]) if predicted else torch.full((len(longest.layers[0].zero_share),), math.inf)
-    subnormal = to_tensor(predicted["subnormal"]) if predicted else None
+    heads = len(longest.layers[0].zero_share)
+    normal = torch.tensor(predicted.get("normal", [math.inf] * heads))
+    subnormal = torch.tensor(predicted["subnormal"]) if predicted else None
     title = f"{summary['model']} ({summary['dtype']}, {longest.length} tokens)"
     zero_share_by_distance(longest.layers, normal, subnormal, title).savefig(out / "measured_vs_predicted.png", dpi=120)
     zero_share_heatmap(longest.layers, title).savefig(out / "zero_share_heatmap.png", dpi=120)
@@ -74,11 +73,13 @@ def main(argv: list[str]) -> dict:
     lengths = sorted(args.lengths)
     stream = token_stream(tokenizer, texts, args.samples * max(lengths))
     results = [LayerStatistics(n, measure(model, stream[: args.samples * n].view(args.samples, n))) for n in lengths]
-    summary = summarize(args.model, args.dtype, score_path(model), notes, results)
+    path = score_path(model)
+    predicted = predicted_blind_distances(path, args.dtype)
+    summary = summarize(args.model, args.dtype, path, notes, results, predicted)
     if args.retrieval:
         summary["retrieval"] = retrieval(model, tokenizer, stream, lengths)
     out = Path(args.out or Path("probes") / Path(args.model).name)
-    write_outputs(out, summary, results)
+    write_outputs(out, summary, results, predicted)
     print(f"probe of {args.model}: {len(results[0].layers)} layers, lengths {lengths}; results in {out}/")
     for r in results:
         shares = torch.stack([s.zero_share for s in r.layers])

@@ -149,6 +149,10 @@ class FineWebEdu(L.LightningDataModule):
             self._heldout = torch.cat(windows)
         return self._heldout[:count]
 
+    def heldout_windows(self, count: int, length: int) -> torch.Tensor:
+        """``count`` consecutive held-out windows of ``length + 1`` tokens: probe batches, long-context losses."""
+        return self.heldout_tokens(count * (length + 1)).view(count, length + 1)
+
     def val_dataloader(self) -> DataLoader:
         # A map-style dataset: under DDP, Lightning's distributed sampler gives each rank its share.
         return DataLoader(self.validation_windows(), batch_size=self.batch_size)

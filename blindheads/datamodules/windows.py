@@ -14,7 +14,6 @@ data epoch after epoch, so every rank always has a next batch and training lengt
 from __future__ import annotations
 
 import bisect
-import copy
 from typing import Any, Iterator
 
 import datasets
@@ -82,7 +81,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
                     arrays = [np.empty(0, np.int64)] * skip_docs + [arrays[skip_docs][skip_tokens:]] + arrays[skip_docs + 1:]
                     skip_docs = skip_tokens = 0
                 yield state, epoch, arrays
-                state = copy.deepcopy(docs.state_dict())
+                state = docs.state_dict()  # already a copy
             if empty and state is None:
                 raise ValueError(
                     "a data stream got no documents: the source is empty, or has fewer documents than ranks x workers"

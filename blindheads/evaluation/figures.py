@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from blindheads.evaluation.summary import GridSummary  # noqa: E402
 from blindheads.evaluation.underflow import ZeroStatistics  # noqa: E402
 
 
@@ -45,5 +46,22 @@ def zero_share_by_distance(layers: list[ZeroStatistics], predicted: torch.Tensor
     axis.set_title(title)
     if len(share) <= 16:
         axis.legend(fontsize="small", ncol=2)
+    figure.tight_layout()
+    return figure
+
+
+def grid_heatmap(summary: GridSummary, title: str):
+    """Retrieval accuracy, depth (rows) x length (columns); in-domain columns left of the dashed line."""
+    figure, axis = plt.subplots(figsize=(1.2 + 0.7 * len(summary.lengths), 1.0 + 0.45 * len(summary.depths)))
+    image = axis.imshow(summary.exact.T, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    axis.set_xticks(range(len(summary.lengths)), [str(n) for n in summary.lengths], rotation=45)
+    axis.set_yticks(range(len(summary.depths)), [f"{d:.0%}" for d in summary.depths])
+    inside = sum(n <= summary.training_length for n in summary.lengths)
+    if 0 < inside < len(summary.lengths):
+        axis.axvline(inside - 0.5, color="white", linestyle="--")
+    axis.set_xlabel("context length (tokens)")
+    axis.set_ylabel("needle depth")
+    axis.set_title(title)
+    figure.colorbar(image, ax=axis, label="exact match")
     figure.tight_layout()
     return figure

@@ -81,24 +81,3 @@ class GridSummary:
                 for n, d, e, g, c in self.cells()
             ],
         }
-
-    def heatmap(self, title: str):
-        """A matplotlib figure: depth (rows) x length (columns), in-domain columns left of the dashed line."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        figure, axis = plt.subplots(figsize=(1.2 + 0.7 * len(self.lengths), 1.0 + 0.45 * len(self.depths)))
-        image = axis.imshow(self.exact.T, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        axis.set_xticks(range(len(self.lengths)), [str(n) for n in self.lengths], rotation=45)
-        axis.set_yticks(range(len(self.depths)), [f"{d:.0%}" for d in self.depths])
-        inside = sum(n <= self.training_length for n in self.lengths)
-        if 0 < inside < len(self.lengths):
-            axis.axvline(inside - 0.5, color="white", linestyle="--")
-        axis.set_xlabel("context length (tokens)")
-        axis.set_ylabel("needle depth")
-        axis.set_title(title)
-        figure.colorbar(image, ax=axis, label="exact match")
-        figure.tight_layout()
-        return figure

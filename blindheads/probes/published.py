@@ -77,10 +77,11 @@ def predicted_blind_distances(path: ScorePath, dtype: str) -> dict[str, list[flo
     return {mode: blind_distances(stack, tau(dtype, mode)).tolist() for mode in THRESHOLDS}
 
 
-def summarize(model_name: str, dtype: str, path: ScorePath, notes: list[str], results: list[LayerStatistics]) -> dict:
+def summarize(model_name: str, dtype: str, path: ScorePath, notes: list[str], results: list[LayerStatistics],
+              predicted: dict[str, list[float]]) -> dict:
     """Everything a notebook needs: per length, per layer x head measured zero share and blindness distance; the
-    underflow share by distance per head (mean over layers); the prediction in both threshold modes."""
-    predicted = predicted_blind_distances(path, dtype)
+    underflow share by distance per head (mean over layers); the prediction in both threshold modes (JSON has no
+    infinity: a head never blind is ``None``)."""
 
     def finite(values):
         return [v if math.isfinite(v) else None for v in values]
