@@ -1,146 +1,125 @@
-"""When does a head go blind? The underflow threshold of a softmax and each head's blindness distance.
+"""When does a head go blind? Each head's blindness distance and underflow shares, from its position stack.
 
-A softmax weight ``exp(x - max) / Z`` is exactly zero once the logit gap passes ``tau = -ln(smallest value
-kept)``. A head whose bias-only logit falls below ``-tau`` at distance ``D`` sees nothing from ``D`` tokens back:
-no weight and no gradient reaches those keys.
+A softmax weight is exactly zero once its logit falls more than ``tau`` (``blindheads.numerics``) below what the
+kernel subtracts before it rounds. Two kernels, two definitions (``softmax``):
+
+- ``fused`` (the paper's; FlexAttention and flash kernels): the kernel tests ``exp(x - max)`` before normalising,
+  so a head is blind where its bias-only logit reaches ``-tau``.
+- ``materialized`` (eager and SDPA, which hand out normalised weights): ``exp(x - max - ln Z)`` underflows, so a
+  head goes blind where the bias reaches ``-(tau - ln Z_h)``, ``ln Z_h / m`` tokens sooner. ``Z_h`` is the head's
+  bias-only normaliser over a row of ``context`` keys (the last query's row, whose ``Z`` is the largest). These
+  kernels take their logits in ``dtype`` (SDPA its mask in the model dtype), so the edge moves to where the bias
+  rounds below ``-(tau - ln Z_h)``: up to half a bfloat16 spacing (0.25 at tau), ``0.25 / m`` tokens.
+
+Fused kernels compute logits in float32, so there the bias is not rounded to ``dtype``; only the weights are.
+
+The closed form inverts every stage of the stack (the components hold their own inverses); stacks without one are
+bisected on the monotone bias.
 """
 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from blindheads.modules.position.base import PositionStack
+from blindheads.modules.position.base import INVERSES, PositionStack, overrides
+from blindheads.numerics import check_threshold, resolve_dtype, rounding_boundary, tau
 
-DTYPES = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-THRESHOLDS = ("normal", "subnormal")
-BACKENDS = ("eager", "sdpa")
+SOFTMAXES = ("fused", "materialized")
+NORMALISER_CHUNK = 2**16  # distances per chunk of the normaliser's log-sum-exp: memory stays bounded
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """A supported floating dtype from its name (``"bfloat16"``) or itself."""
-    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
-        return dtype
-    if isinstance(dtype, str) and dtype.removeprefix("torch.") in DTYPES:
-        return DTYPES[dtype.removeprefix("torch.")]
-    raise ValueError(f"unsupported dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+def check_softmax(softmax: str) -> str:
+    if softmax not in SOFTMAXES:
+        raise ValueError(f"unknown softmax {softmax!r}; valid: {', '.join(SOFTMAXES)}")
+    return softmax
 
 
-def tau(dtype: str | torch.dtype, threshold: str = "normal") -> float:
-    """The logit gap beyond which a softmax weight is exactly zero: ``-ln(smallest weight kept)``.
-
-    ``normal``: the smallest kept weight is the smallest normal number; flush-to-zero kernels (fused GPU attention)
-    drop everything below it. ``subnormal``: it is half the smallest subnormal number, below which round-to-nearest
-    gives zero, as in a kernel that keeps subnormals (most CPU softmaxes). Computed in logs: float64's smallest
-    subnormal is itself below what a Python float can hold halved.
-    """
-    info = torch.finfo(resolve_dtype(dtype))
-    if threshold == "normal":
-        return -math.log(info.tiny)
-    if threshold == "subnormal":
-        return -math.log(info.tiny) - math.log(info.eps) + math.log(2)
-    raise ValueError(f"unknown threshold mode {threshold!r}; valid: {', '.join(THRESHOLDS)}")
-
-
-@contextmanager
-def flushing_subnormals():
-    """Make CPU float32/float64 arithmetic flush subnormals to zero, as fused GPU kernels do (``normal`` mode).
-
-    float16 and bfloat16 results are converted from float32 and keep their subnormals either way. The flag is per
-    thread (and inherited by threads started under it), so the block runs single-threaded.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    if not torch.set_flush_denormal(True):
-        torch.set_num_threads(threads)
-        raise RuntimeError("this CPU cannot flush subnormals to zero")
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(False)
-        torch.set_num_threads(threads)
-
-
-def _two_key_weight(gap: float, dtype: torch.dtype, device: torch.device, backend: str) -> float:
-    """The weight a softmax gives the key ``gap`` below the other, computed the way ``backend`` computes it."""
-    logits = torch.tensor([0.0, -gap], dtype=torch.float64, device=device).to(dtype)
-    if backend == "eager":
-        return torch.softmax(logits, dim=-1)[1].item()
-    if backend == "sdpa":
-        # q = k = 0, so the weights are the additive mask's softmax; v = identity returns them.
-        q = torch.zeros(1, 1, 1, 8, dtype=dtype, device=device)
-        k = torch.zeros(1, 1, 2, 8, dtype=dtype, device=device)
-        v = torch.eye(2, 8, dtype=dtype, device=device)[None, None]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=logits.view(1, 1, 1, 2))[0, 0, 0, 1].item()
-    raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
-
-
-def measure_tau(dtype: str | torch.dtype, device: str = "cpu", backend: str = "eager", iterations: int = 60) -> float:
-    """The smallest logit gap at which this device, backend and dtype's softmax returns an exact zero.
-
-    Compare with ``tau(dtype, "normal")`` (flush-to-zero) and ``tau(dtype, "subnormal")`` (subnormals kept). The
-    gap is rounded to ``dtype`` before the softmax, so for bfloat16 and float16 it is resolved to their precision.
-    """
-    dtype, device = resolve_dtype(dtype), torch.device(device)
-    sighted, blind = 0.0, 2 * tau(dtype, "subnormal")
-    if _two_key_weight(blind, dtype, device, backend) != 0.0:
-        raise RuntimeError(f"{backend} softmax in {dtype} on {device} never returned an exact zero")
-    for _ in range(iterations):
-        middle = (sighted + blind) / 2
-        if _two_key_weight(middle, dtype, device, backend) == 0.0:
-            blind = middle
-        else:
-            sighted = middle
-    return blind
-
-
-def blind_distances(stack: PositionStack, tau: float | Tensor, search: bool = False) -> Tensor:
-    """Per head, the distance beyond which the bias-only logit is below ``-tau``; ``inf`` for a head never blind.
-
-    Closed form (inverting each stage: linear and log distances, clamps, soft caps) unless a component has no
-    inverse or ``search=True``; then a bisection on the monotone bias. A sliding window caps the result.
-    ``tau`` may be one value or one per head (to subtract each head's ``ln Z``).
-    """
-    target = -torch.as_tensor(tau, dtype=torch.float64)
-    if not search:
-        try:
-            distances = stack.inverse_bias_logit(target)
-        except NotImplementedError:
-            search = True
-    if search:
-        distances = _search_blind_distances(stack, target.expand(stack.num_heads))
-    return distances.clamp_max(stack.window()).clamp_min(0)
-
-
-def _bias_only_logit(stack: PositionStack, d: Tensor) -> Tensor:
-    h = torch.arange(stack.num_heads)[:, None].expand_as(d)
+def bias_only_logits(stack: PositionStack, distances: Tensor, heads: Tensor | None = None) -> Tensor:
+    """The logit at q.k = 0 of keys at ``distances``, float64 on the CPU: per head and distance (heads, n) for
+    distances (n,), or of head ``heads[i]`` at ``distances[i]`` when ``heads`` is given. Windows are not applied."""
+    d = distances.to(torch.float64)
+    h = torch.arange(stack.num_heads)[:, None] if heads is None else heads
+    d = d.expand(stack.num_heads, -1) if heads is None else d
     return stack.logit(torch.zeros((), dtype=torch.float64), stack.bias_of_distance(d, h))
 
 
 @torch.no_grad()
-def _search_blind_distances(stack: PositionStack, target: Tensor, steps: int = 200) -> Tensor:
+def log_normaliser(stack: PositionStack, context: int) -> Tensor:
+    """Per head, ``ln Z``: the log-sum-exp of the bias-only logits of keys at distances ``0 .. context - 1``."""
+    total = torch.full((stack.num_heads,), -math.inf, dtype=torch.float64)
+    for start in range(0, context, NORMALISER_CHUNK):
+        d = torch.arange(start, min(start + NORMALISER_CHUNK, context), dtype=torch.float64)
+        logits = bias_only_logits(stack, d).masked_fill(d >= stack.window(), -math.inf)
+        total = torch.logaddexp(total, torch.logsumexp(logits, dim=-1))
+    return total
+
+
+def effective_tau(stack: PositionStack, context: int, dtype: str, threshold: str, softmax: str = "fused") -> Tensor:
+    """Per head, how far below the row's maximum a bias-only logit may fall before its weight is zero."""
+    threshold_tau = torch.full((stack.num_heads,), tau(dtype, threshold), dtype=torch.float64)
+    if check_softmax(softmax) == "fused":
+        return threshold_tau
+    return -rounding_boundary(log_normaliser(stack, context) - threshold_tau, dtype)
+
+
+@torch.no_grad()
+def blind_distances(stack: PositionStack, tau: float | Tensor, search: bool = False) -> Tensor:
+    """Per head, the distance beyond which the bias-only logit is below ``-tau``; ``inf`` for a head never blind.
+
+    Closed form unless a component has no inverse or ``search=True``; then a bisection on the monotone bias. A
+    sliding window caps the result. ``tau`` may be one value or one per head (``effective_tau``).
+    """
+    target = -torch.as_tensor(tau, dtype=torch.float64).expand(stack.num_heads)
+    distances = None if search else _closed_form(stack, target)
+    if distances is None:
+        distances = _search(stack, target)
+    return distances.clamp_max(stack.window()).clamp_min(0)
+
+
+def _closed_form(stack: PositionStack, target: Tensor) -> Tensor | None:
+    """Invert the stack stage by stage: logits, then the bias limit, then the bias, then the distance transform.
+    ``None`` when a component changes a stage it cannot invert, or several components add biases."""
+    for c in stack:
+        if any(overrides(c, stage) and not overrides(c, inverse) for stage, inverse in INVERSES.items()):
+            return None
+    biased = [c for c in stack if overrides(c, "bias")]
+    if len(biased) > 1:
+        return None
+    if not biased:
+        return torch.full((stack.num_heads,), math.inf, dtype=torch.float64)
+    bias = target.clone()
+    for c in reversed(stack.components):
+        bias = c.inverse_logits(bias)  # q.k = 0, and every score transform keeps 0 at 0
+    for c in reversed(stack.components):
+        bias = c.inverse_limit_bias(bias)
+    unreachable = ~torch.isfinite(bias)
+    d = biased[0].inverse_bias(torch.where(unreachable, torch.zeros_like(bias), bias), torch.arange(stack.num_heads))
+    for c in reversed(stack.components):
+        d = c.inverse_distance(d)
+    return torch.where(unreachable, torch.full_like(d, math.inf), d)
+
+
+@torch.no_grad()
+def _search(stack: PositionStack, target: Tensor, steps: int = 200) -> Tensor:
     """Bisection on ``u = ln(1 + d)``, so one search covers every distance a float64 can hold."""
-    low = torch.zeros(stack.num_heads, 1, dtype=torch.float64)
+    low = torch.zeros(stack.num_heads, dtype=torch.float64)
     high = torch.full_like(low, math.log(torch.finfo(torch.float64).max))
-    reachable = _bias_only_logit(stack, high.expm1())[:, 0] < target
+
+    heads = torch.arange(stack.num_heads)
+
+    def below(u: Tensor) -> Tensor:
+        return bias_only_logits(stack, u.expm1(), heads) < target
+
+    reachable = below(high)
     for _ in range(steps):
         middle = (low + high) / 2
-        below = _bias_only_logit(stack, middle.expm1()) < target[:, None]
-        high = torch.where(below, middle, high)
-        low = torch.where(below, low, middle)
-    return torch.where(reachable, high[:, 0].expm1(), torch.full_like(high[:, 0], math.inf))
+        is_below = below(middle)
+        high, low = torch.where(is_below, middle, high), torch.where(is_below, low, middle)
+    return torch.where(reachable, high.expm1(), torch.full_like(high, math.inf))
 
 
 def first_blind_token(distance: Tensor) -> Tensor:
@@ -155,7 +134,11 @@ def underflow_last_query(distance: Tensor, context: int) -> Tensor:
 
 
 def underflow_all_pairs(distance: Tensor, context: int) -> Tensor:
-    """Share of all ``L(L+1)/2`` causal query-key pairs of an ``L``-token sequence that are blind, per head."""
+    """Share of all ``L(L+1)/2`` causal query-key pairs of an ``L``-token sequence that are blind, per head.
+
+    With ``materialized`` distances every row is counted with the last row's normaliser, the largest: shorter rows
+    never reach the blindness distance unless their own normaliser has already converged to it.
+    """
     count = (context - first_blind_token(distance)).clamp(min=0, max=context)
     return count * (count + 1) / (context * (context + 1))
 
@@ -170,11 +153,12 @@ class HeadBlindness:
 
 @dataclass
 class BlindnessReport:
-    """Per-head blindness of a position stack at one context length, dtype and threshold mode."""
+    """Per-head blindness of a position stack at one context length, dtype, threshold mode and softmax."""
 
     tau: float
     dtype: str
     threshold: str
+    softmax: str
     context: int
     heads: list[HeadBlindness]
     underflow_last_query: float
@@ -184,10 +168,12 @@ class BlindnessReport:
         return asdict(self)
 
 
-def blindness_report(stack: PositionStack, context: int, dtype: str = "bfloat16", threshold: str = "normal"):
+def blindness_report(
+    stack: PositionStack, context: int, dtype: str = "bfloat16", threshold: str = "normal", softmax: str = "fused"
+) -> BlindnessReport:
     """Tau, per-head blindness distances and underflow shares, and their averages over heads."""
-    threshold_tau = tau(dtype, threshold)
-    distances = blind_distances(stack, threshold_tau)
+    check_threshold(threshold)
+    distances = blind_distances(stack, effective_tau(stack, context, dtype, threshold, softmax))
     last, pairs = underflow_last_query(distances, context), underflow_all_pairs(distances, context)
     slopes = next((c.slopes.tolist() for c in stack if hasattr(c, "slopes")), [None] * stack.num_heads)
     heads = [
@@ -195,9 +181,10 @@ def blindness_report(stack: PositionStack, context: int, dtype: str = "bfloat16"
         for slope, dist, lq, ap in zip(slopes, distances, last, pairs)
     ]
     return BlindnessReport(
-        tau=threshold_tau,
+        tau=tau(dtype, threshold),
         dtype=str(resolve_dtype(dtype)).removeprefix("torch."),
         threshold=threshold,
+        softmax=softmax,
         context=context,
         heads=heads,
         underflow_last_query=float(last.mean()),

@@ -5,18 +5,10 @@ import math
 import pytest
 import torch
 
-from blindheads.blindness import (
-    DTYPES,
-    blind_distances,
-    blindness_report,
-    flushing_subnormals,
-    measure_tau,
-    tau,
-    underflow_all_pairs,
-    underflow_last_query,
-)
+from blindheads.blindness import blind_distances, blindness_report, underflow_all_pairs, underflow_last_query
 from blindheads.modules.backends import AttentionWeights, eager_attention
 from blindheads.modules.position import build_position
+from blindheads.numerics import DTYPES, flushing_subnormals, measure_tau, tau
 
 
 def test_tau_values():
@@ -70,6 +62,7 @@ def test_measure_tau_rejects_bad_input(bad, message):
         ("alibi([0.5, 0.25])+soft_cap(50)", lambda t: [math.inf, math.inf]),
         ("alibi([0.5, 0.25])+soft_cap(50, where=before)", lambda t: [t / 0.5, t / 0.25]),
         ("alibi([0.5, 0.25])+clamp", lambda t: [math.inf, math.inf]),
+        ("alibi([0.5, 0.25])+clamp(-80)", lambda t: [math.inf, math.inf]),
         ("alibi([0.5, 0.25])+clamp(-100)", lambda t: [t / 0.5, t / 0.25]),
         ("alibi([0.5, 0.25])+sliding_window(64)", lambda t: [64, 64]),
         ("rope", lambda t: [math.inf, math.inf]),

@@ -6,9 +6,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
-from blindheads.blindness import tau
 from blindheads.cli import main
+from blindheads.modules.position import build_position
+from blindheads.numerics import tau
 
 
 def run(*args):
@@ -32,8 +34,29 @@ def test_threshold_and_bias_change_the_answer(capsys):
           "--bias", "alibi(wide)+clamp", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["tau"] == pytest.approx(tau("float16", "subnormal"))
-    assert report["underflow_last_query"] == 0.0  # the clamp, at float16's floor, keeps every head sighted
-    assert all(math.isinf(head["blind_distance"]) for head in report["heads"])
+    assert report["underflow_last_query"] == 0.0 and all(math.isinf(h["blind_distance"]) for h in report["heads"])
+    # what a real float16 softmax of that bias does (subnormals kept): no weight is zero
+    stack = build_position("alibi(wide)+clamp", 4, 512, "float16", "subnormal")
+    assert (torch.softmax(stack.dense_bias(1, 512, "cpu")[:, 0].half(), dim=-1) == 0).sum() == 0
+    # without the clamp the same heads go blind, in the calculator and in the softmax alike
+    main(["blindness", "--heads", "4", "--context", "512", "--dtype", "float16", "--threshold", "subnormal",
+          "--bias", "alibi(wide)", "--softmax", "materialized", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    stack = build_position("alibi(wide)", 4, 512, "float16", "subnormal")
+    zeros = (torch.softmax(stack.dense_bias(1, 512, "cpu")[:, 0].half(), dim=-1) == 0).sum(-1)
+    assert [round(h["underflow_last_query"] * 512) for h in report["heads"]] == pytest.approx(zeros.tolist(), abs=1)
+    assert zeros.sum() > 0
+
+
+def test_softmax_definitions_share_their_keys(capsys):
+    reports = {}
+    for softmax in ("fused", "materialized"):
+        main(["blindness", "--heads", "9", "--context", "2048", "--softmax", softmax, "--json"])
+        reports[softmax] = json.loads(capsys.readouterr().out)
+    fused, materialized = reports["fused"], reports["materialized"]
+    assert set(fused) == set(materialized) and fused["softmax"] == "fused"
+    assert [set(h) for h in fused["heads"]] == [set(h) for h in materialized["heads"]]
+    assert all(m["blind_distance"] < f["blind_distance"] for f, m in zip(fused["heads"], materialized["heads"]))
 
 
 def test_config_file(tmp_path, capsys):
@@ -58,6 +81,7 @@ def test_table_through_the_entry_point():
     [
         (["--heads", "4", "--bias", "alibix"], "unknown position component 'alibix'; valid: nope, rope, alibi"),
         (["--heads", "4", "--dtype", "int8"], "invalid choice: 'int8'"),
+        (["--heads", "4", "--softmax", "flash"], "invalid choice: 'flash'"),
         (["--context", "10"], "give --heads"),
         (["--config", "/no/such.yaml"], "does not exist"),
     ],

@@ -14,7 +14,8 @@ import torch
 from oracles import OracleDecoder
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from blindheads.blindness import blind_distances, first_blind_token, flushing_subnormals, tau
+from blindheads.blindness import blind_distances, first_blind_token
+from blindheads.numerics import flushing_subnormals, tau
 from blindheads.callbacks.underflow import UnderflowMonitor
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.tokenizer import load_tokenizer

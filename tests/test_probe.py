@@ -12,7 +12,7 @@ from transformers.models.bloom.modeling_bloom import build_alibi_tensor as bloom
 from transformers.models.falcon.modeling_falcon import build_alibi_tensor as falcon_alibi
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
-from blindheads.blindness import measure_tau
+from blindheads.numerics import measure_tau
 from blindheads.cli.probe import main as probe
 from blindheads.datamodules.tokenizer import load_tokenizer
 from blindheads.probes.published import load_published, measure

@@ -7,7 +7,7 @@ import torch
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
-from blindheads.blindness import tau
+from blindheads.numerics import tau
 from blindheads.modules.position import ALiBi, build_position
 from blindheads.modules.position.slopes import mpt_slopes, press_slopes, resolve_slopes
 

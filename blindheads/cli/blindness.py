@@ -6,7 +6,8 @@ import argparse
 import json
 import math
 
-from blindheads.blindness import DTYPES, THRESHOLDS, BlindnessReport, blindness_report
+from blindheads.blindness import SOFTMAXES, BlindnessReport, blindness_report
+from blindheads.numerics import DTYPES, THRESHOLDS
 from blindheads.modules.config import load_decoder_config
 from blindheads.modules.position import build_position
 
@@ -21,6 +22,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPES))
     parser.add_argument("--threshold", default="normal", choices=THRESHOLDS,
                         help="normal: flush-to-zero kernels (fused GPU attention); subnormal: subnormals kept")
+    parser.add_argument("--softmax", default="fused", choices=SOFTMAXES,
+                        help="fused: exp(x - max) before normalising, as FlexAttention and flash kernels test it (the "
+                             "paper's definition); materialized: normalised weights, as eager and SDPA return them "
+                             "(each head's bias-only ln Z at the context is taken off tau)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--bias", help="position stack, e.g. 'alibi(wide)+clamp+log_distance' (default: alibi)")
     source.add_argument("--config", help="a model YAML (decoder fields, at the top or under model.decoder)")
@@ -34,7 +39,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def format_table(report: BlindnessReport, spec: str) -> str:
     lines = [
         f"position: {spec}   context: {report.context}   dtype: {report.dtype}   threshold: {report.threshold}"
-        f"   tau: {report.tau:.4f}",
+        f"   tau: {report.tau:.4f}   softmax: {report.softmax}",
         f"{'head':>4}  {'slope':>12}  {'blind beyond':>14}  {'underflow, last query':>21}  {'underflow, all pairs':>20}",
     ]
     for i, head in enumerate(report.heads):
@@ -56,7 +61,7 @@ def main(argv: list[str]) -> None:
         spec, heads, context = args.bias or "alibi", args.heads, 2048
     context = args.context or context
     stack = build_position(spec, heads, context, args.dtype, args.threshold)
-    report = blindness_report(stack, context, args.dtype, args.threshold)
+    report = blindness_report(stack, context, args.dtype, args.threshold, args.softmax)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from blindheads.blindness import DTYPES
+from blindheads.numerics import DTYPES
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
 from blindheads.probes.published import LayerStatistics, load_published, measure, predicted_blind_distances, summarize
 from blindheads.probes.score_paths import match_default_attention, score_path

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from blindheads.blindness import resolve_dtype
+from blindheads.numerics import resolve_dtype
 from blindheads.modules import backends
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.position import PositionStack, build_position

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from blindheads.blindness import THRESHOLDS, blind_distances, resolve_dtype, tau
+from blindheads.blindness import blind_distances
+from blindheads.numerics import THRESHOLDS, resolve_dtype, tau
 from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics
 from blindheads.modules.position import ALiBi, PositionStack
 from blindheads.probes.score_paths import ScorePath

@@ -12,7 +12,8 @@ identity. With ``d = q_idx - kv_idx`` (the distance back to the key) the stack c
 
 The stage functions take broadcastable tensors, so one definition serves FlexAttention's ``score_mod`` (0-d index
 tensors) and the materialised bias of the SDPA and eager backends (index grids). For the blindness calculator each
-stage that changes the bias also has an inverse, so a head's blindness distance has a closed form.
+stage that changes the bias also has an inverse, so a head's blindness distance has a closed form
+(``blindheads.blindness`` composes them).
 """
 
 from __future__ import annotations
@@ -65,14 +66,12 @@ class PositionComponent(nn.Module):
         """Keys this far back or further are masked out; ``inf`` for no window."""
         return math.inf
 
-    def extra_repr(self) -> str:
-        return ""
+
+INVERSES = {"distance": "inverse_distance", "limit_bias": "inverse_limit_bias", "logits": "inverse_logits"}
 
 
-_INVERSES = {"distance": "inverse_distance", "limit_bias": "inverse_limit_bias", "logits": "inverse_logits"}
-
-
-def _overrides(component: PositionComponent, method: str) -> bool:
+def overrides(component: PositionComponent, method: str) -> bool:
+    """Whether ``component`` changes the stage (or has the inverse) ``method``."""
     return getattr(type(component), method) is not getattr(PositionComponent, method)
 
 
@@ -87,22 +86,19 @@ class PositionStack(nn.Module):
     def __iter__(self):
         return iter(self.components)
 
-    def __len__(self) -> int:
-        return len(self.components)
-
     @property
     def has_bias(self) -> bool:
-        return any(_overrides(c, "bias") for c in self)
+        return any(overrides(c, "bias") for c in self)
 
     @property
     def is_additive(self) -> bool:
         """Whether the logit is q.k plus a score-independent bias, so SDPA can take it as an additive mask."""
-        return not any(_overrides(c, "scores") or _overrides(c, "logits") for c in self)
+        return not any(overrides(c, "scores") or overrides(c, "logits") for c in self)
 
     @property
     def is_causal_only(self) -> bool:
         """Whether attention needs nothing but a causal mask (NoPE, RoPE): the fastest kernels apply."""
-        return not self.has_bias and self.is_additive and not any(_overrides(c, "allowed") for c in self)
+        return not self.has_bias and self.is_additive and not any(overrides(c, "allowed") for c in self)
 
     def window(self) -> float:
         return min((c.window() for c in self), default=math.inf)
@@ -162,33 +158,6 @@ class PositionStack(nn.Module):
         bias = self.score_mod(zero, zero, h, q_idx, kv_idx)
         bias = bias.expand(self.num_heads, q_len, kv_idx.shape[-1])
         return bias.masked_fill(~self.mask_mod(zero, h, q_idx, kv_idx), -math.inf)
-
-    def inverse_bias_logit(self, logit: Tensor) -> Tensor:
-        """Per head, the distance at which the bias-only logit (q.k = 0) equals ``logit``; ``inf`` if never.
-
-        Raises ``NotImplementedError`` when a component has no closed-form inverse.
-        """
-        for c in self:
-            for stage, inverse in _INVERSES.items():
-                if _overrides(c, stage) and not _overrides(c, inverse):
-                    raise NotImplementedError(f"{type(c).__name__}.{stage} has no {inverse}")
-        h = torch.arange(self.num_heads)
-        target = logit.to(torch.float64).expand(self.num_heads).clone()
-        for c in reversed(self.components):
-            target = c.inverse_logits(target)
-        bias = target  # q.k = 0, and every score transform keeps 0 at 0
-        for c in reversed(self.components):
-            bias = c.inverse_limit_bias(bias)
-        biased = [c for c in self if _overrides(c, "bias")]
-        if not biased:
-            return torch.full((self.num_heads,), math.inf, dtype=torch.float64)
-        if len(biased) > 1:
-            raise NotImplementedError("no closed form for several bias components")
-        unreachable = ~torch.isfinite(bias)
-        d = biased[0].inverse_bias(torch.where(unreachable, torch.zeros_like(bias), bias), h)
-        for c in reversed(self.components):
-            d = c.inverse_distance(d)
-        return torch.where(unreachable, torch.full_like(d, math.inf), d)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}"

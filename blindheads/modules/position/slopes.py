@@ -2,7 +2,10 @@
 
 Slopes are computed on the CPU in float64 (also under a ``meta`` or CUDA default device), then moved with the model.
 
-Head 0 always has the steepest slope (the shortest blindness distance), as in the original ALiBi.
+For a power-of-two head count, Press and MPT slopes fall from head 0 (the steepest, the shortest blindness
+distance) to the last head. Otherwise both append the interleaved extra slopes after the first power of two, so a
+later head can be the steepest: with 9 heads, head 8 (0.707) is steeper than head 0 (0.5). The presets chosen by
+blindness distance (steep, safe, wide, robust) always go from the shortest distance at head 0 to the longest.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from blindheads.blindness import tau
+from blindheads.numerics import tau
 
 # Blindness-distance presets: name -> function(num_heads, context_length) -> distances in tokens.
 PRESETS = {
@@ -43,7 +46,11 @@ def press_slopes(num_heads: int) -> Tensor:
 
 def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> Tensor:
     """MPT: ``1 / 2^(k * alibi_bias_max / n')`` for ``k = 1..n'`` with ``n'`` the next power of two, odd positions
-    first when ``n' != n``. ``alibi_bias_max`` is an exponent range (8 gives Press's slopes), not a clamp."""
+    first when ``n' != n``. ``alibi_bias_max`` is an exponent range (8 gives Press's slopes), not a clamp.
+
+    This is all MPT does to the bias: llm-foundry's ``build_alibi_bias`` and transformers' ``build_mpt_alibi_tensor``
+    multiply these slopes by key positions ``1 - L .. 0`` (equal to ``-m * d`` after the softmax) and never clamp
+    it. The only limit is ``max_seq_len``: the bias is built for that many keys and longer inputs are refused."""
     padded = 2 ** math.ceil(math.log2(num_heads))
     slopes = 1.0 / 2.0 ** (torch.arange(1, padded + 1, dtype=torch.float64, device="cpu") * (alibi_bias_max / padded))
     if padded != num_heads:
