@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import subprocess
@@ -14,8 +15,7 @@ import torch
 from oracles import OracleDecoder
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from blindheads.blindness import blind_distances, first_blind_token
-from blindheads.numerics import flushing_subnormals, tau
+from blindheads.blindness import blind_distances, effective_tau, first_blind_token
 from blindheads.callbacks.underflow import UnderflowMonitor
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.tokenizer import load_tokenizer
@@ -23,9 +23,11 @@ from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import GridSummary, auc_over_log_length
+from blindheads.evaluation.underflow import gradient_statistics
 from blindheads.modules import Decoder, DecoderConfig
 from blindheads.modules.config import PRESETS
 from blindheads.modules.lm import DecoderLM
+from blindheads.numerics import flushing_subnormals, tau
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +145,12 @@ def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorb
     for layer in monitor.statistics[256]:
         torch.testing.assert_close(layer.blind_distance, predicted)
         assert (layer.zero_share > 0).all()
-    assert all((share > 0).all() for share in monitor.grad_zero), "blind weights get exactly zero gradient"
+    materialized = blind_distances(model.decoder.position, effective_tau(model.decoder.position, 256, "float32",
+                                                                          "normal", "materialized"))
+    torch.testing.assert_close(monitor.statistics[256][1].blind_distance, first_blind_token(materialized))
+    for layer in monitor.gradient:  # zero weight -> zero gradient, by algebra; gradients vanish no later than weights
+        assert (layer.zero_given_zero_weight == 1).all()
+        assert (layer.grad_blind_distance <= layer.weight_blind_distance).all()
 
     (events,) = tmp_path.rglob("events.out.tfevents.*")
     accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0, "images": 0})
@@ -153,5 +160,57 @@ def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorb
     assert "test/blind_distance/layer1/head3" in tags["scalars"]
     logged = accumulator.Scalars("test/blind_distance/layer1/head3")[0].value
     assert logged == predicted[3].item()
+    assert accumulator.Scalars("test/blind_distance_predicted/materialized/head3")[0].value == pytest.approx(
+        materialized[3].item())
+    assert accumulator.Scalars("test/grad_zero_given_zero_weight/layer1/head2")[0].value == 1.0
     assert accumulator.Scalars("test/underflow/layer0/head0")[0].value == pytest.approx(
         monitor.statistics[128][0].zero_share[0].item())
+
+
+def test_gradient_statistics_against_autograd_by_hand():
+    """Subnormals kept: a key at -103 gets 2^-149, the smallest subnormal, as its weight, and its logit gradient
+    w_j (g_j - sum w g) rounds to zero. Keys at -110 have zero weight and zero gradient."""
+    logits = torch.tensor([[[[0.0, -math.inf, -math.inf, -math.inf],
+                             [0.0, 0.0, -math.inf, -math.inf],
+                             [-110.0, -103.0, 0.0, -math.inf],
+                             [-110.0, -103.0, -1.0, 0.0]]]], requires_grad=True)
+    weights = torch.softmax(logits, dim=-1)
+    loss = (weights * torch.tensor([0.1, 0.2, 0.3, 0.4])).sum()
+    (grads,) = torch.autograd.grad(loss, logits)
+    stats = gradient_statistics(logits.detach(), weights.detach(), grads)
+    assert weights[0, 0, 3, 1] > 0 and grads[0, 0, 3, 1] == 0 and weights[0, 0, 3, 0] == 0
+    assert stats.zero_given_zero_weight.item() == 1.0  # the two keys at -110
+    # 4 non-zero weights other than their row's largest in rows of more than one key: the two at -103 get no gradient
+    assert stats.zero_given_nonzero_weight.item() == pytest.approx(2 / 4)
+    assert stats.weight_blind_distance.item() == 3 and stats.grad_blind_distance.item() == 2
+
+
+def slope_gradients(cache_dir, tmp_path, flush: bool):
+    """The monitor on a learnable-slope model whose attention is bias only (q = 0), with and without flushing."""
+    position = "alibi(blind_distances=[20.5, 30.5, 40.5, 60.5], learnable=True, dtype=float32)"
+    config = DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": position, "dtype": "float32",
+                              "vocab_size": 4096})
+    torch.manual_seed(0)
+    model = DecoderLM(config)
+    for block in model.decoder.blocks:
+        torch.nn.init.zeros_(block.attn.q_proj.weight)
+    monitor = UnderflowMonitor(every_n_steps=None, length_factors=[1.0])
+    trainer = L.Trainer(accelerator="cpu", logger=False, callbacks=[monitor], enable_progress_bar=False,
+                        enable_model_summary=False)
+    data = ProbeData(cache_dir, 128)
+    with flushing_subnormals() if flush else contextlib.nullcontext():
+        log_slopes = model.decoder.position.components[0].log_slopes
+        # the reference: plain autograd of the same loss
+        (reference,) = torch.autograd.grad(model.loss(data.heldout_windows(1, 128)), log_slopes)
+        trainer.test(model, datamodule=data)
+    return monitor.slope_grad, reference
+
+
+def test_slope_gradient_from_beyond_the_blindness_distance(cache_dir, tmp_path):
+    flushed, reference = slope_gradients(cache_dir, tmp_path, flush=True)
+    torch.testing.assert_close(flushed["slope_grad"], reference.double(), rtol=1e-5, atol=1e-9)
+    assert (flushed["slope_grad_beyond_blind"] == 0).all(), "flushed: no gradient from beyond the blindness distance"
+    kept, reference = slope_gradients(cache_dir, tmp_path, flush=False)
+    torch.testing.assert_close(kept["slope_grad"], reference.double(), rtol=1e-5, atol=1e-9)
+    assert (kept["slope_grad_beyond_blind"] != 0).any(), "kept subnormals carry gradient past the normal threshold"
+    assert (kept["slope_grad_beyond_blind_share"] < 1e-30).all()

@@ -8,10 +8,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from blindheads.blindness import blind_distances, tau
+from blindheads.blindness import blind_distances, effective_tau, first_blind_token
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, tensorboard, training_length
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
-from blindheads.evaluation.underflow import ZeroStatistics, causal_zero_share, zero_statistics
+from blindheads.evaluation.underflow import GradientStatistics, ZeroStatistics, gradient_statistics, zero_statistics
 
 PRECISION_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
 
@@ -28,8 +28,16 @@ class UnderflowMonitor(PeriodicEvaluation):
     - ``underflow/layer{l}/head{h}``: share of causal weights exactly zero (at the training length; the mean of
       every probe length is ``underflow/mean_{f}x``);
     - ``blind_distance/layer{l}/head{h}``: the measured blindness distance (longest probe; a head the probe never
-      saw blind logs nothing), beside ``blind_distance_predicted/head{h}`` from the calculator;
-    - ``grad_zero/layer{l}/head{h}``: share of causal logits whose gradient is exactly zero (training length);
+      saw blind logs nothing), beside the calculator's ``blind_distance_predicted/materialized/head{h}`` (the
+      definition of the eager softmax measured here, at the longest probe's length) and
+      ``blind_distance_predicted/fused/head{h}`` (what FlexAttention training kernels follow);
+    - at the training length, from one backward pass (``gradients=True``): ``grad_zero_given_zero_weight/...``
+      (must be 1), ``grad_zero_given_nonzero_weight/...`` (gradient blindness beyond weight blindness),
+      ``grad_blind_distance/...`` beside ``weight_blind_distance_1x/...``, per layer x head (see
+      ``GradientStatistics``); with learnable slopes, ``slope_grad/head{h}`` (the loss gradient of each log-slope)
+      and ``slope_grad_beyond_blind/head{h}``, the part of it that comes from keys at or beyond the head's predicted
+      blindness distance (materialized, training length), and ``slope_grad_beyond_blind_share/head{h}``,
+      ``|beyond| / (|beyond| + |within|)``;
     - images: the layer x head zero-share heatmap and underflow share against distance per head.
 
     Rank 0 probes and writes while the other ranks wait at their next collective, so all stay in step.
@@ -40,7 +48,8 @@ class UnderflowMonitor(PeriodicEvaluation):
         super().__init__(every_n_steps)
         self.length_factors, self.batch_size, self.gradients = list(length_factors), batch_size, gradients
         self.statistics: dict[int, list[ZeroStatistics]] = {}
-        self.grad_zero: list[torch.Tensor] = []
+        self.gradient: list[GradientStatistics] = []
+        self.slope_grad: dict[str, torch.Tensor] = {}
 
     def _probe_tokens(self, trainer, length: int) -> torch.Tensor:
         return trainer.datamodule.heldout_windows(self.batch_size, length)
@@ -64,7 +73,7 @@ class UnderflowMonitor(PeriodicEvaluation):
             self.statistics = {n: self._forward_statistics(trainer, decoder, modules, n, pl_module.device)
                                for n in lengths}
             if self.gradients:
-                self.grad_zero = self._gradient_zero_share(trainer, decoder, modules, base, pl_module.device)
+                self.gradient, self.slope_grad = self._gradient_statistics(trainer, pl_module, modules, base, dtype)
         finally:
             for m, saved in zip(modules, saved_dtypes):
                 m.dtype = saved
@@ -89,43 +98,80 @@ class UnderflowMonitor(PeriodicEvaluation):
                 handle.remove()
         return per_layer
 
-    def _gradient_zero_share(self, trainer, decoder, modules, length, device) -> list[torch.Tensor]:
-        logits = []
-        handles = [m.register_forward_hook(lambda module, inputs, output: logits.append(inputs[0])) for m in modules]
+    def _gradient_statistics(self, trainer, pl_module, modules, length, dtype):
+        decoder = pl_module.decoder
+        logits, weights = [], []
+
+        def keep(module, inputs, output):
+            logits.append(inputs[0])
+            weights.append(output)
+
+        handles = [m.register_forward_hook(keep) for m in modules]
         try:  # validate and test run under inference mode, which enable_grad alone does not leave
             with torch.inference_mode(False), torch.enable_grad(), trainer.precision_plugin.forward_context():
-                tokens = self._probe_tokens(trainer, length).to(device).clone()  # a tensor autograd may save
+                tokens = self._probe_tokens(trainer, length).to(pl_module.device).clone()  # a tensor autograd may save
                 hidden = decoder.hidden_states(tokens[:, :-1], attention="eager")
                 loss = F.cross_entropy(decoder.lm_head(hidden).flatten(0, 1).float(), tokens[:, 1:].flatten())
-                grads = torch.autograd.grad(loss, logits)
+                grads = torch.autograd.grad(loss, logits, retain_graph=True)
+                statistics = [gradient_statistics(x, w, g) for x, w, g in zip(logits, weights, grads)]
+                slope_grad = self._slope_gradient(decoder.position, logits, grads, length, dtype, pl_module)
         finally:
             for handle in handles:
                 handle.remove()
-        return [causal_zero_share(g) for g in grads]
+        return statistics, slope_grad
+
+    @staticmethod
+    def _slope_gradient(position, logits, grads, length, dtype, pl_module) -> dict[str, torch.Tensor]:
+        """Each learnable log-slope's gradient, in total and from keys at or beyond its predicted blindness distance
+        (logits are the only path from the slopes to the loss, so back-propagating masked logit gradients splits
+        it exactly)."""
+        learnable = [c for c in position if getattr(c, "learnable", False)]
+        if not learnable:
+            return {}
+        log_slopes = learnable[0].log_slopes
+        predicted = first_blind_token(blind_distances(
+            position, effective_tau(position, length, dtype, pl_module.config.threshold, "materialized")))
+        i = torch.arange(length, device=log_slopes.device)
+        beyond = ((i[:, None] - i[None, :]) >= predicted.to(log_slopes.device)[:, None, None]).to(grads[0].dtype)
+        total = torch.autograd.grad(logits, log_slopes, grads, retain_graph=True)[0]
+        far = torch.autograd.grad(logits, log_slopes, [g * beyond for g in grads])[0]
+        near = total - far
+        return {"slope_grad": total.detach().double().cpu(), "slope_grad_beyond_blind": far.detach().double().cpu(),
+                "slope_grad_beyond_blind_share": (far.abs() / (far.abs() + near.abs())).detach().double().cpu()}
 
     def _log(self, trainer, pl_module, base: int, dtype: torch.dtype, prefix: str) -> dict:
         scalars = {}
         for length, layers in self.statistics.items():
             scalars[f"{prefix}underflow/mean_{length / base:g}x"] = float(torch.stack([s.zero_share for s in layers]).mean())
         at_base = self.statistics.get(base) or next(iter(self.statistics.values()))
-        longest = self.statistics[max(self.statistics)]
+        longest_length = max(self.statistics)
+        longest = self.statistics[longest_length]
         for layer, (stats, far) in enumerate(zip(at_base, longest)):
-            for head, share in enumerate(stats.zero_share.tolist()):
-                scalars[f"{prefix}underflow/layer{layer}/head{head}"] = share
-            for head, distance in enumerate(far.blind_distance.tolist()):
-                if math.isfinite(distance):
-                    scalars[f"{prefix}blind_distance/layer{layer}/head{head}"] = distance
-        for layer, shares in enumerate(self.grad_zero):
-            for head, share in enumerate(shares.tolist()):
-                scalars[f"{prefix}grad_zero/layer{layer}/head{head}"] = share
-        threshold = pl_module.config.threshold
-        predicted = blind_distances(pl_module.decoder.position, tau(dtype, threshold))
-        for head, distance in enumerate(predicted.tolist()):
-            if math.isfinite(distance):
-                scalars[f"{prefix}blind_distance_predicted/head{head}"] = distance
+            _per_head(scalars, f"{prefix}underflow/layer{layer}", stats.zero_share)
+            _per_head(scalars, f"{prefix}blind_distance/layer{layer}", far.blind_distance)
+        for layer, stats in enumerate(self.gradient):
+            _per_head(scalars, f"{prefix}grad_zero_given_zero_weight/layer{layer}", stats.zero_given_zero_weight)
+            _per_head(scalars, f"{prefix}grad_zero_given_nonzero_weight/layer{layer}", stats.zero_given_nonzero_weight)
+            _per_head(scalars, f"{prefix}grad_blind_distance/layer{layer}", stats.grad_blind_distance)
+            _per_head(scalars, f"{prefix}weight_blind_distance_1x/layer{layer}", stats.weight_blind_distance)
+        for name, values in self.slope_grad.items():
+            _per_head(scalars, f"{prefix}{name}", values)
+        position, threshold = pl_module.decoder.position, pl_module.config.threshold
+        predicted = {softmax: blind_distances(position, effective_tau(position, longest_length, dtype, threshold, softmax))
+                     for softmax in ("materialized", "fused")}
+        for softmax, distances in predicted.items():
+            _per_head(scalars, f"{prefix}blind_distance_predicted/{softmax}", distances)
         log_scalars(trainer, pl_module, scalars, prefix)
         writer = tensorboard(trainer)
         if writer is not None:
             writer.add_figure(f"{prefix}underflow/heatmap", zero_share_heatmap(at_base), trainer.global_step)
-            writer.add_figure(f"{prefix}underflow/by_distance", zero_share_by_distance(longest, predicted), trainer.global_step)
+            writer.add_figure(f"{prefix}underflow/by_distance",
+                              zero_share_by_distance(longest, predicted["materialized"]), trainer.global_step)
         return scalars
+
+
+def _per_head(scalars: dict[str, float], tag: str, values: torch.Tensor) -> None:
+    """``tag/head{h}`` for each head's finite value (TensorBoard and JSON take no infinities)."""
+    for head, value in enumerate(values.tolist()):
+        if math.isfinite(value):
+            scalars[f"{tag}/head{head}"] = value

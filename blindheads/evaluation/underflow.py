@@ -30,14 +30,21 @@ class ZeroStatistics:
     @property
     def blind_distance(self) -> Tensor:
         """Smallest distance from which every weight is zero; ``inf`` where the probe saw none that far back."""
-        distance = (self.farthest_nonzero + 1).double()
-        return torch.where(distance < len(self.pairs_by_distance), distance, torch.full_like(distance, math.inf))
+        return _blind_distance(self.farthest_nonzero, len(self.pairs_by_distance))
 
-    def merge(self, other: ZeroStatistics) -> ZeroStatistics:
-        """Statistics of two probe batches of the same length together."""
-        return ZeroStatistics(self.zeros_by_distance + other.zeros_by_distance,
-                              self.pairs_by_distance + other.pairs_by_distance,
-                              torch.maximum(self.farthest_nonzero, other.farthest_nonzero))
+
+def _blind_distance(farthest_nonzero: Tensor, length: int) -> Tensor:
+    distance = (farthest_nonzero + 1).double()
+    return torch.where(distance < length, distance, torch.full_like(distance, math.inf))
+
+
+def _farthest_nonzero(nonzero: Tensor) -> Tensor:
+    """Per head, the largest distance of a non-zero entry of (batch, heads, L, L) ``nonzero`` (already restricted to
+    the entries that count); -1 where there is none."""
+    length = nonzero.shape[-1]
+    first = nonzero.int().argmax(-1)  # first non-zero key of each query row
+    distance = torch.arange(length, device=nonzero.device) - first
+    return torch.where(nonzero.any(-1), distance, -1).amax(dim=(0, 2))
 
 
 def _causal_distances(length: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -54,14 +61,45 @@ def zero_statistics(weights: Tensor) -> ZeroStatistics:
     zero = (weights == 0) & causal
     zeros_by_distance = torch.zeros(heads, length, dtype=torch.float64, device=weights.device)
     zeros_by_distance.index_add_(1, distance[causal], zero.sum(0)[:, causal].double())
-    # first non-zero key of each query row; rows always hold one (the weights sum to 1)
-    first_nonzero = ((weights != 0) & causal).int().argmax(-1)  # (batch, heads, L)
-    farthest = (torch.arange(length, device=weights.device) - first_nonzero).amax(dim=(0, 2))
+    farthest = _farthest_nonzero((weights != 0) & causal)
     pairs = batch * (length - torch.arange(length, device=weights.device)).double()
     return ZeroStatistics(zeros_by_distance.cpu(), pairs.cpu(), farthest.cpu())
 
 
-def causal_zero_share(values: Tensor) -> Tensor:
-    """Share of causal entries of (batch, heads, L, L) ``values`` that are exactly zero, per head."""
-    causal, _ = _causal_distances(values.shape[-1], values.device)
-    return ((values == 0) & causal).sum(dim=(0, 2, 3)).double().cpu() / (values.shape[0] * causal.sum().item())
+@dataclass
+class GradientStatistics:
+    """Per head, over the keys a query may attend to, in rows with more than one such key (a lone key's logit
+    always has zero gradient, whatever its weight):
+
+    - ``zero_given_zero_weight``: share of zero-weight keys whose logit gradient is exactly zero. It is 1 by algebra
+      (``dL/dx_j = w_j (g_j - sum_k w_k g_k)``): a check; ``nan`` where no weight is zero.
+    - ``zero_given_nonzero_weight``: share of keys with a non-zero weight whose gradient is still exactly zero
+      (tiny weights whose products underflow): gradient blindness beyond weight blindness. Each row's largest
+      weight is left out: a weight that rounds to 1 has zero gradient by saturation, not blindness.
+    - ``grad_blind_distance`` and ``weight_blind_distance``: the distance from which every gradient, and every
+      weight, is exactly zero (``inf`` where the probe saw none that far back).
+    """
+
+    zero_given_zero_weight: Tensor
+    zero_given_nonzero_weight: Tensor
+    grad_blind_distance: Tensor
+    weight_blind_distance: Tensor
+
+
+@torch.no_grad()
+def gradient_statistics(logits: Tensor, weights: Tensor, grads: Tensor) -> GradientStatistics:
+    """Reduce one layer's softmax logits, weights and logit gradients (batch, heads, L, L)."""
+    length = weights.shape[-1]
+    counted = torch.isfinite(logits) & (torch.isfinite(logits).sum(-1, keepdim=True) > 1)
+    zero_weight, zero_grad = (weights == 0) & counted, (grads == 0) & counted
+    nonzero_weight = (weights != 0) & counted
+    row_max = torch.zeros_like(counted).scatter_(-1, weights.argmax(-1, keepdim=True), True)
+    heads = (0, 2, 3)
+    return GradientStatistics(
+        zero_given_zero_weight=((zero_grad & zero_weight).sum(heads) / zero_weight.sum(heads)).double().cpu(),
+        zero_given_nonzero_weight=(
+            (zero_grad & nonzero_weight & ~row_max).sum(heads) / (nonzero_weight & ~row_max).sum(heads)
+        ).double().cpu(),
+        grad_blind_distance=_blind_distance(_farthest_nonzero((grads != 0) & counted), length).cpu(),
+        weight_blind_distance=_blind_distance(_farthest_nonzero(nonzero_weight), length).cpu(),
+    )
