@@ -57,7 +57,7 @@ def round_toward_zero(value: float, dtype: str | torch.dtype) -> float:
     ``value`` on the side of zero, so that rounding can never make a negative floor lower."""
     dtype = resolve_dtype(dtype)
     narrow = torch.float32 if dtype == torch.float64 else dtype
-    rounded = torch.tensor(value, dtype=torch.float64).to(narrow)
+    rounded = torch.tensor(value, dtype=torch.float64, device="cpu").to(narrow)  # also under a meta default device
     if abs(rounded.item()) > abs(value):
         rounded = torch.nextafter(rounded, torch.zeros_like(rounded))
     return rounded.item()
@@ -67,7 +67,7 @@ def rounding_boundary(value: float | Tensor, dtype: str | torch.dtype) -> Tensor
     """The number below which a value rounds (to nearest) in ``dtype`` to something strictly below ``value``: the
     midpoint between the largest representable number under ``value`` and the next one up. Float64 results."""
     dtype = resolve_dtype(dtype)
-    value = torch.as_tensor(value, dtype=torch.float64)
+    value = torch.as_tensor(value, dtype=torch.float64, device="cpu")
     below = value.to(dtype)
     below = torch.where(below.double() >= value, torch.nextafter(below, below.new_tensor(-math.inf)), below)
     above = torch.nextafter(below, below.new_tensor(math.inf))

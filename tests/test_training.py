@@ -69,7 +69,7 @@ def test_smoke_fit_then_test_through_the_cli(cache_dir, tmp_path):
         cells = json.loads((run_dir / f"{task}.json").read_text())["cells"]
         assert len(cells) == 4 and {c["in_domain"] for c in cells} == {False}  # 128 and 192 > 64
     assert {"test/extrapolation/2x/bucket1", "test/underflow/mean_4x",
-            "test/grad_zero_given_zero_weight/layer0/head0", "test/blind_distance_predicted/fused/head0"} <= set(metrics)
+            "test/grad_zero_given_nonzero_weight/layer0/head0", "test/blind_distance_predicted/fused/head0"} <= set(metrics)
 
 
 def kill_and_resume(tmp_path, cache_dir, extra: dict) -> tuple[dict, dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import lightning as L
@@ -129,8 +130,8 @@ class UnderflowMonitor(PeriodicEvaluation):
         if not learnable:
             return {}
         log_slopes = learnable[0].log_slopes
-        predicted = first_blind_token(blind_distances(
-            position, effective_tau(position, length, dtype, pl_module.config.threshold, "materialized")))
+        predicted = first_blind_token(predicted_distances(position, length, dtype, pl_module.config.threshold,
+                                                          "materialized"))
         i = torch.arange(length, device=log_slopes.device)
         beyond = ((i[:, None] - i[None, :]) >= predicted.to(log_slopes.device)[:, None, None]).to(grads[0].dtype)
         total = torch.autograd.grad(logits, log_slopes, grads, retain_graph=True)[0]
@@ -157,7 +158,7 @@ class UnderflowMonitor(PeriodicEvaluation):
         for name, values in self.slope_grad.items():
             _per_head(scalars, f"{prefix}{name}", values)
         position, threshold = pl_module.decoder.position, pl_module.config.threshold
-        predicted = {softmax: blind_distances(position, effective_tau(position, longest_length, dtype, threshold, softmax))
+        predicted = {softmax: predicted_distances(position, longest_length, dtype, threshold, softmax)
                      for softmax in ("materialized", "fused")}
         for softmax, distances in predicted.items():
             _per_head(scalars, f"{prefix}blind_distance_predicted/{softmax}", distances)
@@ -168,6 +169,12 @@ class UnderflowMonitor(PeriodicEvaluation):
             writer.add_figure(f"{prefix}underflow/by_distance",
                               zero_share_by_distance(longest, predicted["materialized"]), trainer.global_step)
         return scalars
+
+
+def predicted_distances(position, length: int, dtype: torch.dtype, threshold: str, softmax: str) -> torch.Tensor:
+    """The calculator's blindness distances for the model's position stack, computed on a CPU copy of it."""
+    stack = copy.deepcopy(position).cpu()
+    return blind_distances(stack, effective_tau(stack, length, dtype, threshold, softmax))
 
 
 def _per_head(scalars: dict[str, float], tag: str, values: torch.Tensor) -> None:
