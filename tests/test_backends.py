@@ -94,7 +94,8 @@ def test_sdpa_in_query_chunks_equals_the_whole_bias(monkeypatch):
     model = tiny("alibi+clamp(-10)+sliding_window(40)", "sdpa")
     whole = model(tokens)
     monkeypatch.setattr(backends, "SDPA_BIAS_BUDGET", 4 * 96 * 7)  # 7 query rows per chunk
-    assert backends.SdpaBias(model.position, 96, torch.device("cpu")).chunk == 7
+    bias = backends.SdpaBias(model.position, 96, torch.device("cpu"))
+    assert bias.whole is None and bias.block == 7
     torch.testing.assert_close(model(tokens), whole, rtol=1e-5, atol=1e-5)
 
 
@@ -102,3 +103,25 @@ def test_a_backend_can_be_forced_per_call():
     model = tiny("alibi+soft_cap(5)", "sdpa")
     tokens = torch.randint(0, 512, (1, 32))
     torch.testing.assert_close(model(tokens, attention="eager"), model(tokens), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("budget", [2**27, 4 * 64 * 20])  # the bias built once and sliced, or block by block
+@pytest.mark.parametrize("spec", ["alibi", "alibi+sliding_window(8)", "rope+sliding_window(8)", COMBINED])
+def test_sdpa_in_causal_query_blocks_equals_eager(spec, budget, monkeypatch):
+    monkeypatch.setattr(backends, "SDPA_QUERY_BLOCK", 16)
+    monkeypatch.setattr(backends, "SDPA_BIAS_BUDGET", budget)
+    tokens = torch.randint(0, 512, (2, 64))
+    eager_logits, eager_grads = logits_and_grads(tiny(spec, "eager"), tokens)
+    sdpa_logits, sdpa_grads = logits_and_grads(tiny(spec, "sdpa"), tokens)
+    torch.testing.assert_close(sdpa_logits, eager_logits, rtol=1e-5, atol=1e-5)
+    for name in eager_grads:
+        torch.testing.assert_close(sdpa_grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_query_blocks_skip_the_masked_keys():
+    stack = tiny("alibi", "sdpa").position
+    whole = sum((stop - start) * (stop - first) for start, stop, first in backends.SdpaBias(stack, 1024, "cpu").blocks())
+    assert whole == sum(256 * stop for stop in (256, 512, 768, 1024))  # 62.5% of the square, not all of it
+    windowed = tiny("alibi+sliding_window(100)", "sdpa").position
+    blocks = list(backends.SdpaBias(windowed, 1024, "cpu").blocks())
+    assert blocks[1] == (256, 512, 157) and blocks[-1] == (768, 1024, 669)  # keys the window hides are skipped

@@ -4,7 +4,8 @@ fewer (grouped) heads, and the position stack that builds the logits.
 - ``flex``: compiled FlexAttention with the stack as ``score_mod`` and a cached ``block_mask`` (masked blocks are
   skipped). The GPU path; on CPU it runs forward only, as PyTorch implements no FlexAttention backward there.
 - ``sdpa``: ``scaled_dot_product_attention`` with the bias materialised as an additive mask once per forward and
-  shared by all layers. Soft caps are not additive, so with one in the stack this backend computes like ``eager``.
+  shared by all layers, attended in causal query blocks (``SdpaBias``). Soft caps are not additive, so with one in
+  the stack this backend computes like ``eager``.
 - ``eager``: explicit logits and softmax in a chosen dtype; the weights pass through an ``AttentionWeights`` module
   so hooks (probes, the underflow monitor) can read them.
 """
@@ -61,36 +62,47 @@ def eager_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, weigh
     return weights(logits).to(v.dtype) @ v
 
 
-SDPA_BIAS_BUDGET = 2**27  # elements of bias (512 MiB in float32) before SDPA attends in query chunks
+SDPA_BIAS_BUDGET = 2**27  # elements of bias (512 MiB in float32) before the bias is built block by block
+SDPA_QUERY_BLOCK = 256  # queries per SDPA call: each block attends only to the keys it may see
 
 
 class SdpaBias:
-    """The additive bias of one forward pass, shared by every layer. Up to ``SDPA_BIAS_BUDGET`` elements it is
-    built once;
-    beyond (long evaluations), each layer attends in query chunks with only that chunk's rows of the bias, so
-    memory stays bounded by the budget instead of growing with length squared."""
+    """The additive bias of one forward pass, shared by every layer, handed out by query block.
+
+    SDPA with a mask cannot skip the causal upper triangle, so each layer attends in blocks of
+    ``SDPA_QUERY_BLOCK`` queries against keys up to the block's end (and, with a sliding window, from the first
+    key the block's first query still sees): about half the work of the full square, with the same result. Up to
+    ``SDPA_BIAS_BUDGET`` elements the bias is built once and sliced; beyond (long evaluations), each block's rows
+    are built when needed, so memory stays bounded by the budget instead of growing with length squared."""
 
     def __init__(self, stack: PositionStack, length: int, device: torch.device) -> None:
         self.stack, self.length, self.device = stack, length, device
-        self.chunk = max(1, SDPA_BIAS_BUDGET // (stack.num_heads * length))
-        self.whole = stack.dense_bias(length, length, device) if self.chunk >= length else None
+        self.block = max(1, min(SDPA_QUERY_BLOCK, SDPA_BIAS_BUDGET // (stack.num_heads * length)))
+        self.window = stack.window()
+        self.whole = stack.dense_bias(length, length, device) if stack.num_heads * length**2 <= SDPA_BIAS_BUDGET else None
 
-    def rows(self, start: int, stop: int) -> Tensor:
-        """Bias rows of queries ``start..stop-1`` against every key, (heads, stop - start, length)."""
+    def blocks(self):
+        """``(start, stop, first)``: queries ``start..stop-1`` attend to keys ``first..stop-1``."""
+        for start in range(0, self.length, self.block):
+            first = 0 if math.isinf(self.window) else max(0, start - int(self.window) + 1)
+            yield start, min(start + self.block, self.length), first
+
+    def rows(self, start: int, stop: int, first: int) -> Tensor:
+        """Bias of queries ``start..stop-1`` against keys ``first..stop-1``, (heads, stop - start, stop - first)."""
         if self.whole is not None:
-            return self.whole[:, start:stop]
-        return self.stack.dense_bias(stop - start, stop, self.device, kv_len=self.length)
+            return self.whole[:, start:stop, first:stop]
+        return self.stack.dense_bias(stop - start, stop, self.device)[..., first:]
 
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, bias: SdpaBias | None) -> Tensor:
     """``bias`` is ``None`` when the stack needs only causality."""
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    outputs = []
-    for start in range(0, q.shape[-2], bias.chunk):
-        stop = min(start + bias.chunk, q.shape[-2])
-        mask = bias.rows(start, stop).to(q.dtype)
-        outputs.append(F.scaled_dot_product_attention(q[..., start:stop, :], k, v, attn_mask=mask, enable_gqa=True))
+    outputs = [
+        F.scaled_dot_product_attention(q[..., start:stop, :], k[..., first:stop, :], v[..., first:stop, :],
+                                       attn_mask=bias.rows(start, stop, first).to(q.dtype), enable_gqa=True)
+        for start, stop, first in bias.blocks()
+    ]
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
 
 
