@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch; a GPU machine can set TORCH_SPEC to its own build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test test-fast benchmark
+.PHONY: install demo test test-fast benchmark gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -42,3 +42,8 @@ benchmark: install
 	$(PY) benchmarks/decoder_throughput.py
 	$(PY) benchmarks/data_throughput.py
 	$(PY) benchmarks/training_throughput.py
+
+# On a CUDA machine (after `make install TORCH_SPEC=torch`): backends, compiled bf16 training, zero thresholds,
+# the 7B probe's memory; about 5 minutes, prints a table and writes gpu_check.json.
+gpu-check: install
+	$(PY) benchmarks/gpu_check.py --out gpu_check.json

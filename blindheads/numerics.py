@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-DTYPES = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-THRESHOLDS = ("normal", "subnormal")
+Dtype = Literal["float64", "float32", "bfloat16", "float16"]
+Threshold = Literal["normal", "subnormal"]
+DTYPES = dict(zip(get_args(Dtype), (torch.float64, torch.float32, torch.bfloat16, torch.float16)))
+THRESHOLDS = get_args(Threshold)
 SOFTMAX_BACKENDS = ("eager", "sdpa")
 
 

@@ -30,3 +30,15 @@ class PoisonAtStep(L.Callback):
         if trainer.global_step == self.step:
             with torch.no_grad():
                 pl_module.decoder.embed.weight[0, 0] = float("nan")
+
+
+class PoisonGradientAtStep(L.Callback):
+    """Makes one gradient NaN at step ``step`` (the loss stays finite) and keeps a copy of the weights before it."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.before = step, None
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if trainer.global_step == self.step:
+            pl_module.decoder.embed.weight.grad[0, 0] = float("nan")
+            self.before = {k: v.clone() for k, v in pl_module.state_dict().items()}

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from blindheads.modules import Decoder, DecoderConfig, backends
-from blindheads.modules.backends import flex_block_mask, resolve_backend
+from blindheads.modules.backends import BlockedEager, Eager, Flex, Sdpa, flex_block_mask, resolve_backend, select_backend
 
 # With the tiny preset (context 128) and 64-token inputs, clamp(-10) and soft_cap(5) are active, not idle.
 SPECS = [
@@ -120,8 +120,68 @@ def test_sdpa_in_causal_query_blocks_equals_eager(spec, budget, monkeypatch):
 
 def test_query_blocks_skip_the_masked_keys():
     stack = tiny("alibi", "sdpa").position
-    whole = sum((stop - start) * (stop - first) for start, stop, first in backends.SdpaBias(stack, 1024, "cpu").blocks())
+    whole = sum((stop - start) * (stop - first) for start, stop, first in backends.SdpaBias(stack, 1024, "cpu"))
     assert whole == sum(256 * stop for stop in (256, 512, 768, 1024))  # 62.5% of the square, not all of it
     windowed = tiny("alibi+sliding_window(100)", "sdpa").position
-    blocks = list(backends.SdpaBias(windowed, 1024, "cpu").blocks())
+    blocks = list(backends.SdpaBias(windowed, 1024, "cpu"))
     assert blocks[1] == (256, 512, 157) and blocks[-1] == (768, 1024, 669)  # keys the window hides are skipped
+
+
+def test_one_place_decides_the_kernel():
+    stack = tiny("alibi+soft_cap(5)", "sdpa").position
+    assert select_backend("sdpa", stack, torch.device("cpu")) is BlockedEager  # soft caps are not a mask
+    assert select_backend("auto", stack, torch.device("cpu")) is BlockedEager
+    assert select_backend("eager", stack, torch.device("cpu")) is Eager
+    additive = tiny("alibi", "sdpa").position
+    assert select_backend("auto", additive, torch.device("cuda")) is Flex
+    assert select_backend("auto", additive, torch.device("cpu")) is Sdpa
+
+
+def test_what_does_not_change_between_steps_is_built_once():
+    model, tokens = tiny("rope+alibi+sliding_window(24)", "sdpa"), torch.randint(0, 512, (1, 64))
+    model(tokens)
+    backend = model.backend_for(torch.device("cpu"))
+    bias, cos = backend.prepared, model.position.components[0].cos
+    first = model(tokens)
+    assert backend.prepared is bias and model.position.components[0].cos is cos
+    flex = model.backend_for(torch.device("cpu"), "flex")
+    flex.prepare(model.position, 64, torch.device("cpu"), torch.float32)
+    mask = flex.prepared
+    flex.prepare(model.position, 64, torch.device("cpu"), torch.float32)
+    assert flex.prepared is mask
+    model(torch.randint(0, 512, (1, 32)))
+    assert backend.prepared is not bias and backend.prepared.length == 32  # another length: built again
+    # new slopes loaded into the fixed buffer invalidate the cache, and the output follows them
+    state = model.state_dict()
+    state["position.components.1.fixed_slopes"] = state["position.components.1.fixed_slopes"] * 2
+    model.load_state_dict(state)
+    model(tokens)
+    reference = tiny("rope+alibi+sliding_window(24)", "eager")
+    reference.load_state_dict(state)
+    torch.testing.assert_close(model(tokens), reference(tokens), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(model(tokens), first)
+
+
+def test_learnable_slopes_rebuild_their_bias_every_forward():
+    model, tokens = tiny("alibi(learnable=True)", "sdpa"), torch.randint(0, 512, (1, 64))
+    model(tokens)
+    backend = model.backend_for(torch.device("cpu"))
+    bias = backend.prepared
+    model(tokens)
+    assert backend.prepared is not bias
+
+
+def test_the_gpu_check_parses_and_refuses_to_fake_a_gpu(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    args = gpu_check.parse_args(["--steps", "3", "--batch", "2", "--out", "x.json"])
+    assert (args.steps, args.batch, args.out, args.layers) == (3, 2, "x.json", 30)
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: run the check itself")
+    assert gpu_check.main([]) == 2
+    assert "no CUDA GPU here; nothing was measured" in capsys.readouterr().err

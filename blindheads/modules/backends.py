@@ -1,19 +1,23 @@
-"""Attention kernels. Each takes q, k, v shaped (batch, heads, length, head_dim) with k and v possibly carrying
-fewer (grouped) heads, and the position stack that builds the logits.
+"""Attention backends. Each prepares once per forward what every layer shares (``prepare``), then attends q, k, v
+shaped (batch, heads, length, head_dim), k and v possibly carrying fewer (grouped) heads.
 
-- ``flex``: compiled FlexAttention with the stack as ``score_mod`` and a cached ``block_mask`` (masked blocks are
+- ``flex``: compiled FlexAttention with the stack as ``score_mod`` and a ``block_mask`` (masked blocks are
   skipped). The GPU path; on CPU it runs forward only, as PyTorch implements no FlexAttention backward there.
-- ``sdpa``: ``scaled_dot_product_attention`` with the bias materialised as an additive mask once per forward and
-  shared by all layers, attended in causal query blocks (``SdpaBias``). Soft caps are not additive, so with one in
-  the stack this backend computes like ``eager``.
-- ``eager``: explicit logits and softmax in a chosen dtype; the weights pass through an ``AttentionWeights`` module
-  so hooks (probes, the underflow monitor) can read them.
+- ``sdpa``: ``scaled_dot_product_attention`` with the bias as an additive mask, attended in causal query blocks
+  (``SdpaBias``). A stack that is not additive (soft caps) cannot be a mask: ``select_backend`` gives it
+  ``BlockedEager`` instead, the same causal blocks with explicit logits.
+- ``eager``: explicit logits and softmax in a chosen dtype over the whole square; the weights pass through an
+  ``AttentionWeights`` module so hooks (probes, the underflow monitor) can read them.
+
+What does not change between steps is cached per (length, device, dtype): block masks, and the bias of stacks
+without trainable parameters. Stacks with learnable slopes rebuild their bias every forward.
 """
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +26,10 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from blindheads.modules.position.base import PositionStack
 
-BACKENDS = ("auto", "flex", "sdpa", "eager")
+Backend = Literal["auto", "flex", "sdpa", "eager"]
+BACKENDS = get_args(Backend)
+SDPA_BIAS_BUDGET = 2**27  # elements of bias (512 MiB in float32) before the bias is built block by block
+SDPA_QUERY_BLOCK = 256  # queries per block: each block attends only to the keys it may see
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
@@ -45,65 +52,147 @@ class AttentionWeights(nn.Module):
         self.dtype = dtype
 
     def forward(self, logits: Tensor) -> Tensor:
-        with torch.autocast(logits.device.type, enabled=False):
-            return torch.softmax(logits.to(self.dtype), dim=-1)
+        return softmax_in(logits, self.dtype)
+
+
+def softmax_in(logits: Tensor, dtype: torch.dtype) -> Tensor:
+    with torch.autocast(logits.device.type, enabled=False):
+        return torch.softmax(logits.to(dtype), dim=-1)
 
 
 def _expand_kv(q: Tensor, kv: Tensor) -> Tensor:
     return kv.repeat_interleave(q.shape[1] // kv.shape[1], dim=1)
 
 
+def _logits(q: Tensor, k: Tensor, stack: PositionStack, dtype: torch.dtype, q_end: int, kv_start: int = 0) -> Tensor:
+    """Masked logits of queries ending at position ``q_end`` against keys ``kv_start .. kv_start + len(k) - 1``."""
+    scores = (q @ k.transpose(-2, -1)).to(dtype) / math.sqrt(q.shape[-1])
+    h, q_idx, kv_idx = stack.index_grid(q.shape[-2], q_end, q.device, kv_len=kv_start + k.shape[-2])
+    kv_idx = kv_idx[..., kv_start:]
+    logits = stack.score_mod(scores, None, h, q_idx, kv_idx)
+    return logits.masked_fill(~stack.mask_mod(None, h, q_idx, kv_idx), -math.inf)
+
+
 def eager_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, weights: AttentionWeights) -> Tensor:
     k, v = _expand_kv(q, k), _expand_kv(q, v)
-    scores = (q @ k.transpose(-2, -1)).to(weights.dtype) / math.sqrt(q.shape[-1])
-    h, q_idx, kv_idx = stack.index_grid(q.shape[-2], k.shape[-2], q.device)
-    logits = stack.score_mod(scores, None, h, q_idx, kv_idx)
-    logits = logits.masked_fill(~stack.mask_mod(None, h, q_idx, kv_idx), -math.inf)
-    return weights(logits).to(v.dtype) @ v
+    return weights(_logits(q, k, stack, weights.dtype, k.shape[-2])).to(v.dtype) @ v
 
 
-SDPA_BIAS_BUDGET = 2**27  # elements of bias (512 MiB in float32) before the bias is built block by block
-SDPA_QUERY_BLOCK = 256  # queries per SDPA call: each block attends only to the keys it may see
+class CausalBlocks:
+    """Query blocks of one forward: ``(start, stop, first)`` attends queries ``start..stop-1`` to keys
+    ``first..stop-1``, skipping the causal upper triangle and, with a sliding window, the keys no query of the
+    block still sees. About half the work of the whole square, with the same result."""
 
+    def __init__(self, stack: PositionStack, length: int, block: int) -> None:
+        self.length, self.block, self.window = length, max(1, block), stack.window()
 
-class SdpaBias:
-    """The additive bias of one forward pass, shared by every layer, handed out by query block.
-
-    SDPA with a mask cannot skip the causal upper triangle, so each layer attends in blocks of
-    ``SDPA_QUERY_BLOCK`` queries against keys up to the block's end (and, with a sliding window, from the first
-    key the block's first query still sees): about half the work of the full square, with the same result. Up to
-    ``SDPA_BIAS_BUDGET`` elements the bias is built once and sliced; beyond (long evaluations), each block's rows
-    are built when needed, so memory stays bounded by the budget instead of growing with length squared."""
-
-    def __init__(self, stack: PositionStack, length: int, device: torch.device) -> None:
-        self.stack, self.length, self.device = stack, length, device
-        self.block = max(1, min(SDPA_QUERY_BLOCK, SDPA_BIAS_BUDGET // (stack.num_heads * length)))
-        self.window = stack.window()
-        self.whole = stack.dense_bias(length, length, device) if stack.num_heads * length**2 <= SDPA_BIAS_BUDGET else None
-
-    def blocks(self):
-        """``(start, stop, first)``: queries ``start..stop-1`` attend to keys ``first..stop-1``."""
+    def __iter__(self):
         for start in range(0, self.length, self.block):
             first = 0 if math.isinf(self.window) else max(0, start - int(self.window) + 1)
             yield start, min(start + self.block, self.length), first
+
+
+class SdpaBias(CausalBlocks):
+    """The additive bias of one forward pass, shared by every layer, handed out by query block. Up to
+    ``SDPA_BIAS_BUDGET`` elements it is built once (in ``dtype``) and sliced; beyond (long evaluations), each
+    block's rows are built when needed, so memory stays bounded by the budget instead of growing with length
+    squared."""
+
+    def __init__(self, stack: PositionStack, length: int, device: torch.device, dtype: torch.dtype = torch.float32):
+        super().__init__(stack, length, min(SDPA_QUERY_BLOCK, SDPA_BIAS_BUDGET // (stack.num_heads * length)))
+        self.stack, self.device, self.dtype = stack, device, dtype
+        small = stack.num_heads * length**2 <= SDPA_BIAS_BUDGET
+        self.whole = stack.dense_bias(length, length, device).to(dtype) if small else None
 
     def rows(self, start: int, stop: int, first: int) -> Tensor:
         """Bias of queries ``start..stop-1`` against keys ``first..stop-1``, (heads, stop - start, stop - first)."""
         if self.whole is not None:
             return self.whole[:, start:stop, first:stop]
-        return self.stack.dense_bias(stop - start, stop, self.device)[..., first:]
+        return self.stack.dense_bias(stop - start, stop, self.device)[..., first:].to(self.dtype)
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, bias: SdpaBias | None) -> Tensor:
-    """``bias`` is ``None`` when the stack needs only causality."""
-    if bias is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    outputs = [
-        F.scaled_dot_product_attention(q[..., start:stop, :], k[..., first:stop, :], v[..., first:stop, :],
-                                       attn_mask=bias.rows(start, stop, first).to(q.dtype), enable_gqa=True)
-        for start, stop, first in bias.blocks()
-    ]
-    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+class AttentionBackend:
+    """Prepare once per forward, then attend in every layer."""
+
+    def prepare(self, stack: PositionStack, length: int, device: torch.device, dtype: torch.dtype) -> None:
+        """Build (or take from the cache) what every layer of this forward shares."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, weights: AttentionWeights) -> Tensor:
+        raise NotImplementedError
+
+
+class _Cached(AttentionBackend):
+    """Keeps the last prepared value per (length, device, dtype, the stack's buffers); rebuilt every forward for
+    stacks with trainable parameters."""
+
+    def __init__(self) -> None:
+        self.key, self.prepared = None, None
+
+    def build(self, stack: PositionStack, length: int, device: torch.device, dtype: torch.dtype):
+        raise NotImplementedError
+
+    def prepare(self, stack, length, device, dtype) -> None:
+        # the buffers' identity and version: a loaded state dict or a move invalidates the cache
+        buffers = tuple((b.data_ptr(), b._version) for b in stack.buffers())
+        key = (length, torch.device(device), dtype, buffers)
+        if key != self.key or any(p.requires_grad for p in stack.parameters()):
+            self.key, self.prepared = key, self.build(stack, length, device, dtype)
+
+
+class Eager(AttentionBackend):
+    def attend(self, q, k, v, stack, weights):
+        return eager_attention(q, k, v, stack, weights)
+
+
+class Sdpa(_Cached):
+    def build(self, stack, length, device, dtype):
+        return None if stack.is_causal_only else SdpaBias(stack, length, device, dtype)
+
+    def attend(self, q, k, v, stack, weights):
+        bias = self.prepared
+        if bias is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        outputs = [
+            F.scaled_dot_product_attention(q[..., start:stop, :], k[..., first:stop, :], v[..., first:stop, :],
+                                           attn_mask=bias.rows(start, stop, first), enable_gqa=True)
+            for start, stop, first in bias
+        ]
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+
+
+class BlockedEager(AttentionBackend):
+    """Stacks SDPA cannot take as a mask (soft caps): explicit logits and softmax in causal query blocks."""
+
+    def prepare(self, stack, length, device, dtype) -> None:
+        self.blocks = CausalBlocks(stack, length, SDPA_QUERY_BLOCK)
+
+    def attend(self, q, k, v, stack, weights):
+        k, v = _expand_kv(q, k), _expand_kv(q, v)
+        outputs = []
+        for start, stop, first in self.blocks:
+            logits = _logits(q[..., start:stop, :], k[..., first:stop, :], stack, weights.dtype, stop, first)
+            outputs.append(softmax_in(logits, weights.dtype).to(v.dtype) @ v[..., first:stop, :])
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+
+
+class Flex(_Cached):
+    def build(self, stack, length, device, dtype):
+        return flex_block_mask(stack, length, device)
+
+    def attend(self, q, k, v, stack, weights):
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return stack.score_mod(score, b, h, q_idx, kv_idx)
+
+        return _compiled_flex_attention()(q, k, v, score_mod=score_mod, block_mask=self.prepared, enable_gqa=True)
+
+
+def select_backend(name: str, stack: PositionStack, device: torch.device) -> type[AttentionBackend]:
+    """The one place that decides which kernel runs: ``auto`` resolved for the device, and ``sdpa`` replaced by
+    ``BlockedEager`` for stacks that are not additive."""
+    name = resolve_backend(name, device)
+    if name == "sdpa" and not stack.is_additive:
+        return BlockedEager
+    return {"flex": Flex, "sdpa": Sdpa, "eager": Eager}[name]
 
 
 @lru_cache(maxsize=1)
@@ -117,10 +206,3 @@ def flex_block_mask(stack: PositionStack, length: int, device: torch.device) -> 
         return stack.mask_mod(b, h, q_idx, kv_idx)
 
     return create_block_mask(mask_mod, None, None, length, length, device=device)
-
-
-def flex(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, block_mask: BlockMask) -> Tensor:
-    def score_mod(score, b, h, q_idx, kv_idx):
-        return stack.score_mod(score, b, h, q_idx, kv_idx)
-
-    return _compiled_flex_attention()(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import get_args
 
 import yaml
 
+from blindheads.modules.backends import Backend
 from blindheads.modules.position.registry import PositionSpec
+from blindheads.numerics import Dtype, Threshold
 
 
 @dataclass(frozen=True)
@@ -25,14 +28,18 @@ class DecoderConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     position: PositionSpec = "alibi"
-    attention: str = "auto"
-    softmax_dtype: str = "float32"
+    attention: Backend = "auto"
+    softmax_dtype: Dtype = "float32"
     # The precision attention trains in and how its kernels treat subnormals: the default clamp floor and the
     # slope presets chosen by blindness distance (steep, safe, wide, robust) are computed for these.
-    dtype: str = "bfloat16"
-    threshold: str = "normal"
+    dtype: Dtype = "bfloat16"
+    threshold: Threshold = "normal"
 
     def __post_init__(self) -> None:
+        for name, choices in (("attention", Backend), ("softmax_dtype", Dtype), ("dtype", Dtype),
+                              ("threshold", Threshold)):
+            if getattr(self, name) not in get_args(choices):
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(get_args(choices))}")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

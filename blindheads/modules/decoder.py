@@ -24,18 +24,13 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(config.num_heads * config.head_size, config.hidden_size, bias=False)
         self.weights = backends.AttentionWeights(resolve_dtype(config.softmax_dtype))
 
-    def forward(self, x: Tensor, position: PositionStack, backend: str, prepared) -> Tensor:
+    def forward(self, x: Tensor, position: PositionStack, backend: backends.AttentionBackend) -> Tensor:
         batch, length, _ = x.shape
         q = self.q_proj(x).view(batch, length, self.num_heads, self.head_size).transpose(1, 2)
         k = self.k_proj(x).view(batch, length, self.num_kv_heads, self.head_size).transpose(1, 2)
         v = self.v_proj(x).view(batch, length, self.num_kv_heads, self.head_size).transpose(1, 2)
         q, k = position.rotate(q, k)
-        if backend == "flex":
-            y = backends.flex(q, k, v, position, prepared)
-        elif backend == "sdpa" and position.is_additive:
-            y = backends.sdpa_attention(q, k, v, prepared)
-        else:
-            y = backends.eager_attention(q, k, v, position, self.weights)
+        y = backend.attend(q, k, v, position, self.weights)
         return self.o_proj(y.transpose(1, 2).reshape(batch, length, -1))
 
 
@@ -62,21 +57,21 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
         self.mlp = SwiGLU(config)
 
-    def forward(self, x: Tensor, position: PositionStack, backend: str, prepared) -> Tensor:
-        x = x + self.attn(self.attn_norm(x), position, backend, prepared)
+    def forward(self, x: Tensor, position: PositionStack, backend: backends.AttentionBackend) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), position, backend)
         return x + self.mlp(self.mlp_norm(x))
 
 
 class Decoder(nn.Module):
     """Token embedding, ``num_layers`` pre-norm blocks, final RMSNorm, (tied) LM head.
 
-    One position stack serves every layer, so its bias or block mask is built once per forward.
+    One position stack serves every layer, so its bias or block mask is built once per forward, and kept for the
+    next forward of the same length, device and dtype unless the stack has trainable parameters.
     """
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.config = config
-        backends.resolve_backend(config.attention, torch.device("cpu"))  # fail early on an unknown name
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
         self.position = build_position(
             config.position, config.num_heads, config.context_length, config.dtype, config.threshold
@@ -87,6 +82,7 @@ class Decoder(nn.Module):
         self.apply(self._init_weights)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
+        self._backends: dict[type, backends.AttentionBackend] = {}
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -95,25 +91,27 @@ class Decoder(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def backend_for(self, device: torch.device) -> str:
-        return backends.resolve_backend(self.config.attention, device)
+    def backend_for(self, device: torch.device, attention: str | None = None) -> backends.AttentionBackend:
+        """The backend that runs on ``device`` (``attention`` overrides the configured name), with its cache."""
+        kind = backends.select_backend(attention or self.config.attention, self.position, device)
+        if kind not in self._backends:
+            self._backends[kind] = kind()
+        return self._backends[kind]
 
-    def _prepare(self, backend: str, length: int, device: torch.device):
-        """What every layer's kernel shares: the bias (sdpa, built whole or by query chunks) or the block mask."""
-        if backend == "flex":
-            return backends.flex_block_mask(self.position, length, device)
-        if backend == "sdpa" and self.position.is_additive and not self.position.is_causal_only:
-            return backends.SdpaBias(self.position, length, device)
-        return None
+    def _compute_dtype(self, device: torch.device) -> torch.dtype:
+        if torch.is_autocast_enabled(device.type):
+            return torch.get_autocast_dtype(device.type)
+        return self.embed.weight.dtype
 
     def hidden_states(self, input_ids: Tensor, attention: str | None = None) -> Tensor:
         """Final-norm hidden states (batch, length, hidden); ``attention`` overrides the configured backend."""
-        backend = backends.resolve_backend(attention, input_ids.device) if attention else self.backend_for(
-            input_ids.device)
-        prepared = self._prepare(backend, input_ids.shape[1], input_ids.device)
+        device, length = input_ids.device, input_ids.shape[1]
+        backend = self.backend_for(device, attention)
+        backend.prepare(self.position, length, device, self._compute_dtype(device))
+        self.position.prepare(length, self.config.head_size, device)
         x = self.embed(input_ids)
         for block in self.blocks:
-            x = block(x, self.position, backend, prepared)
+            x = block(x, self.position, backend)
         return self.norm(x)
 
     def forward(self, input_ids: Tensor, attention: str | None = None) -> Tensor:

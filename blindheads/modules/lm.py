@@ -49,6 +49,8 @@ class DecoderLM(L.LightningModule):
         self.tokens_seen = 0
         self._batch_shape: torch.Size | None = None
         self.checkpoint_step: int | None = None  # the training step of the loaded checkpoint (validate, test)
+        self.register_buffer("_first_nonfinite", torch.tensor(-1), persistent=False)
+        self.register_buffer("_nonfinite_steps", torch.tensor(0), persistent=False)
 
     @property
     def config(self) -> DecoderConfig:
@@ -74,11 +76,7 @@ class DecoderLM(L.LightningModule):
 
     def training_step(self, windows: Tensor, batch_idx: int) -> Tensor:
         loss = self.loss(windows)
-        if self.trainer.strategy.reduce_boolean_decision(not torch.isfinite(loss).item(), all=False):
-            raise FloatingPointError(
-                f"non-finite training loss at step {self.global_step} (batch {batch_idx}); training stopped, the "
-                "checkpoints written before this step are untouched"
-            )
+        self._step_loss = loss.detach()
         self._batch_shape = windows[:, 1:].shape
         self.tokens_seen += windows[:, 1:].numel() * self.trainer.world_size
         self.log("train/loss", loss, prog_bar=True)
@@ -86,6 +84,34 @@ class DecoderLM(L.LightningModule):
         self.log("train/tokens", float(self.tokens_seen))
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         return loss
+
+    # --- non-finite steps: found on the device, skipped there, reported at the next host sync ------------------
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Flag a step whose loss or gradients are not finite. The fused AdamW reads ``found_inf`` (as it does from
+        a ``GradScaler``) and skips the update on the device, so weights never take a non-finite step and no
+        per-step host sync is needed; ``check_finite`` raises at the next logging boundary or checkpoint."""
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        finite = torch.isfinite(self._step_loss) & torch.isfinite(torch.stack(torch._foreach_norm(grads))).all()
+        optimizer.found_inf = (~finite).float()
+        step = torch.full_like(self._first_nonfinite, self.global_step)
+        self._first_nonfinite = torch.where(finite | (self._first_nonfinite >= 0), self._first_nonfinite, step)
+        self._nonfinite_steps += (~finite).long()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self.global_step % self.trainer.log_every_n_steps == 0:
+            self.check_finite()
+
+    def on_train_end(self) -> None:
+        self.check_finite()
+
+    def check_finite(self) -> None:
+        """Raise if any step since the start had a non-finite loss or gradient (one host sync)."""
+        if self._nonfinite_steps.item():
+            raise FloatingPointError(
+                f"non-finite training loss or gradients at step {self._first_nonfinite.item()} "
+                f"({self._nonfinite_steps.item()} optimizer steps skipped by step {self.global_step}); training "
+                "stopped, the checkpoints written before are untouched"
+            )
 
     def validation_step(self, windows: Tensor, batch_idx: int) -> None:
         self.val_loss.update(self.loss(windows), weight=windows.shape[0])
@@ -112,7 +138,7 @@ class DecoderLM(L.LightningModule):
         hp = self.hparams
         optimizer = torch.optim.AdamW(
             [{"params": matrices, "weight_decay": hp.weight_decay}, {"params": others, "weight_decay": 0.0}],
-            lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, fused=torch.cuda.is_available() or None,
+            lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, fused=True,  # fused: skips flagged steps on the device
         )
         multiplier = partial(lr_multiplier, max_steps=max_steps, schedule=hp.schedule, warmup_steps=hp.warmup_steps,
                              decay_fraction=hp.decay_fraction, min_ratio=hp.min_lr_ratio)
@@ -136,6 +162,12 @@ class DecoderLM(L.LightningModule):
         return self.flops_per_token(length) * batch * length
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Refuse to write a checkpoint after a non-finite step or with non-finite weights."""
+        self.check_finite()
+        bad = [name for name, p in self.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise FloatingPointError(f"non-finite weights in {', '.join(bad[:5])} at step {self.global_step}: "
+                                     "checkpoint not written, the earlier ones are untouched")
         checkpoint["tokens_seen"] = self.tokens_seen
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:

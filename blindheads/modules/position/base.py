@@ -27,6 +27,9 @@ from torch import Tensor, nn
 class PositionComponent(nn.Module):
     """One piece of position handling. Subclasses override the stages they change and their inverses."""
 
+    def prepare(self, length: int, head_size: int, device: torch.device) -> None:
+        """Cache what depends only on the sequence length (called once per forward, outside compiled blocks)."""
+
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         return q, k
 
@@ -102,6 +105,10 @@ class PositionStack(nn.Module):
 
     def window(self) -> float:
         return min((c.window() for c in self), default=math.inf)
+
+    def prepare(self, length: int, head_size: int, device: torch.device) -> None:
+        for c in self:
+            c.prepare(length, head_size, device)
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         for c in self:

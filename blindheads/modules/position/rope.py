@@ -20,6 +20,13 @@ class RoPE(PositionComponent):
         if theta <= 1:
             raise ValueError(f"rope theta must be > 1, got {theta}")
         self.theta = theta
+        self.cos: Tensor | None = None  # tables of the last prepared length, reused by every layer and step
+        self.sin: Tensor | None = None
+
+    def prepare(self, length: int, head_size: int, device: torch.device) -> None:
+        cached = self.cos is not None and self.cos.shape == (length, head_size) and self.cos.device == device
+        if not cached:
+            self.cos, self.sin = self._cos_sin(length, head_size, device)
 
     def _cos_sin(self, length: int, dim: int, device: torch.device) -> tuple[Tensor, Tensor]:
         inv_freq = self.theta ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
@@ -28,7 +35,10 @@ class RoPE(PositionComponent):
         return angles.cos(), angles.sin()
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        cos, sin = self._cos_sin(q.shape[-2], q.shape[-1], q.device)
+        if self.cos is not None and self.cos.shape == q.shape[-2:] and self.cos.device == q.device:
+            cos, sin = self.cos, self.sin
+        else:
+            cos, sin = self._cos_sin(q.shape[-2], q.shape[-1], q.device)
         return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
     def extra_repr(self) -> str:

@@ -1,0 +1,45 @@
+"""Non-finite steps: found on the device without a per-step sync, skipped there, raised at the next boundary,
+and never checkpointed."""
+
+import lightning as L
+import pytest
+import torch
+from helpers import PoisonGradientAtStep
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.modules.config import PRESETS, DecoderConfig
+from blindheads.modules.lm import DecoderLM
+
+
+def fit(cache_dir, tmp_path, callbacks, **decoder):
+    data = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=32, batch_size=4, cache_dir=str(cache_dir),
+                      num_workers=0, val_windows=4)
+    model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa",
+                                       **decoder}))
+    checkpoints = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, save_last=True)
+    trainer = L.Trainer(accelerator="cpu", max_steps=12, logger=False, log_every_n_steps=5, limit_val_batches=0,
+                        callbacks=[*callbacks, checkpoints], enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(FloatingPointError) as error:
+        trainer.fit(model, datamodule=data)
+    return model, str(error.value)
+
+
+def test_a_non_finite_gradient_is_skipped_on_the_device_and_reported(cache_dir, tmp_path):
+    poison = PoisonGradientAtStep(3)
+    model, message = fit(cache_dir, tmp_path, [poison])
+    assert "non-finite training loss or gradients at step 3" in message
+    # the poisoned step changed no weight (the fused AdamW skipped it), and later steps trained on
+    assert torch.isfinite(model.decoder.embed.weight).all()
+    written = sorted(p.name for p in tmp_path.glob("*.ckpt"))
+    assert "epoch=0-step=3.ckpt" in written and "epoch=0-step=4.ckpt" not in written, written
+    saved = torch.load(tmp_path / "epoch=0-step=3.ckpt", weights_only=False)["state_dict"]
+    assert all(torch.equal(saved[k], v) for k, v in poison.before.items())
+
+
+def test_a_model_that_starts_non_finite_never_checkpoints_nan(cache_dir, tmp_path):
+    _, message = fit(cache_dir, tmp_path, [], init_std=1e30)
+    assert "non-finite" in message
+    for path in tmp_path.glob("*.ckpt"):
+        state = torch.load(path, weights_only=False)["state_dict"]
+        assert all(torch.isfinite(t).all() for t in state.values()), path.name
