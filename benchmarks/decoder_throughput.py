@@ -96,6 +96,12 @@ def main() -> None:
         print(f"{spec:<34} {seconds:>8.3f} {n_tokens / seconds:>9.0f} {seconds / results['nope']:>7.2f}")
     print(f"{LLAMA:<34} {llama:>8.3f} {n_tokens / llama:>9.0f} {llama / results['nope']:>7.2f}")
     print(f"ours (rope) / Llama step time: {results['rope'] / llama:.2f}")
+    additive = max(seconds / results["nope"] for spec, seconds in results.items() if "soft_cap" not in spec)
+    soft_caps = max(seconds / results["nope"] for spec, seconds in results.items() if "soft_cap" in spec)
+    for goal, value, limit in (("every additive stack <= 1.10x NoPE", additive, 1.10),
+                               ("soft caps <= 1.30x NoPE", soft_caps, 1.30),
+                               ("RoPE at least as fast as Llama", results["rope"] / llama, 1.0)):
+        print(f"goal: {goal}: worst {value:.2f} -> {'met' if value <= limit else 'NOT met'}")
 
 
 if __name__ == "__main__":

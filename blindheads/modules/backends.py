@@ -29,7 +29,7 @@ from blindheads.modules.position.base import PositionStack
 Backend = Literal["auto", "flex", "sdpa", "eager"]
 BACKENDS = get_args(Backend)
 SDPA_BIAS_BUDGET = 2**27  # elements of bias (512 MiB in float32) before the bias is built block by block
-SDPA_QUERY_BLOCK = 256  # queries per block: each block attends only to the keys it may see
+SDPA_QUERY_BLOCK = 128  # queries per block: each block attends only to the keys it may see
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
