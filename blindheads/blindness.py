@@ -48,13 +48,24 @@ def bias_only_logits(stack: PositionStack, distances: Tensor, heads: Tensor | No
 
 
 @torch.no_grad()
-def log_normaliser(stack: PositionStack, context: int) -> Tensor:
-    """Per head, ``ln Z``: the log-sum-exp of the bias-only logits of keys at distances ``0 .. context - 1``."""
+def log_normaliser(stack: PositionStack, context: int, max_chunks: int = 512) -> Tensor:
+    """Per head, ``ln Z``: the log-sum-exp of the bias-only logits of keys at distances ``0 .. context - 1``.
+
+    Summed in chunks of distances (bounded memory). The bias-only logit falls with distance, so every later key
+    weighs at most what the chunk's last key does: once ``context`` such keys could not change the sum in float64,
+    it stops. A bias that falls too slowly to
+    converge within ``max_chunks`` chunks (log distances at long contexts) is refused rather than left running.
+    """
     total = torch.full((stack.num_heads,), -math.inf, dtype=torch.float64)
-    for start in range(0, context, NORMALISER_CHUNK):
+    for chunk, start in enumerate(range(0, context, NORMALISER_CHUNK)):
         d = torch.arange(start, min(start + NORMALISER_CHUNK, context), dtype=torch.float64)
         logits = bias_only_logits(stack, d).masked_fill(d >= stack.window(), -math.inf)
         total = torch.logaddexp(total, torch.logsumexp(logits, dim=-1))
+        if (math.log(context) + logits[:, -1] - total < math.log(torch.finfo(torch.float64).eps)).all():
+            break
+        if chunk + 1 == max_chunks:
+            raise ValueError(f"the materialized normaliser does not converge within {max_chunks * NORMALISER_CHUNK} "
+                             f"keys for this bias; use --softmax fused or a context below {context}")
     return total
 
 
@@ -140,7 +151,7 @@ def underflow_all_pairs(distance: Tensor, context: int) -> Tensor:
     never reach the blindness distance unless their own normaliser has already converged to it.
     """
     count = (context - first_blind_token(distance)).clamp(min=0, max=context)
-    return count * (count + 1) / (context * (context + 1))
+    return count * (count + 1) / (float(context) * (context + 1))  # a float: L(L+1) can pass int64
 
 
 @dataclass

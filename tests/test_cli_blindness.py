@@ -82,6 +82,13 @@ def test_table_through_the_entry_point():
         (["--heads", "4", "--bias", "alibix"], "unknown position component 'alibix'; valid: nope, rope, alibi"),
         (["--heads", "4", "--dtype", "int8"], "invalid choice: 'int8'"),
         (["--heads", "4", "--softmax", "flash"], "invalid choice: 'flash'"),
+        (["--heads", "0"], "--heads must be between 1 and 4096, got 0"),
+        (["--heads", "100000000", "--context", "1000000000000"], "--heads must be between 1 and 4096"),
+        (["--heads", "4", "--context", "0"], "--context must be between 1 and 1099511627776 tokens, got 0"),
+        (["--heads", "4", "--context", "-5"], "--context must be between 1"),
+        (["--heads", "2", "--bias", "alibi([1e999, 0.5])"], "ALiBi slopes must be positive and finite, got [inf, 0.5]"),
+        (["--heads", "2", "--bias", "alibi+log_distance", "--context", "1000000000000", "--softmax", "materialized"],
+         "the materialized normaliser does not converge"),
         (["--context", "10"], "give --heads"),
         (["--config", "/no/such.yaml"], "does not exist"),
     ],
@@ -91,3 +98,18 @@ def test_bad_input_is_a_clear_error(args, message):
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_any_context_in_closed_form_or_bounded_memory():
+    for softmax in ("fused", "materialized"):
+        result = run("--heads", "9", "--context", "1000000000000", "--softmax", softmax, "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["context"] == 10**12 and report["underflow_last_query"] > 0.99
+
+
+def test_help_lists_the_commands_and_succeeds():
+    result = subprocess.run([sys.executable, "-m", "blindheads", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    for command in ("blindness", "fit", "validate", "test", "probe", "export", "lm_eval"):
+        assert f"  {command} " in result.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from collections import Counter
 
 import pytest
@@ -185,3 +186,10 @@ def test_unreachable_hub_fails_clearly(cache_dir, monkeypatch):
     monkeypatch.setattr("datasets.config.HF_HUB_OFFLINE", True)
     with pytest.raises((ConnectionError, ValueError), match="fineweb-edu"):
         make_datamodule(cache_dir, source="hub")
+
+
+def test_one_path_given_as_a_string_is_a_one_element_list(cache_dir, parquet_files):
+    glob = str(Path(parquet_files[0]).parent / "*.parquet")
+    as_string = take(make_datamodule(cache_dir, glob), 3)
+    as_list = take(make_datamodule(cache_dir, [glob]), 3)
+    assert all(torch.equal(a, b) for a, b in zip(as_string, as_list))

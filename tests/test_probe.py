@@ -135,3 +135,11 @@ def test_a_missing_model_without_the_hub_fails_clearly(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import, not per call
     with pytest.raises(ValueError, match="cannot load model 'no-such-org/no-such-model'"):
         load_published("no-such-org/no-such-model")
+
+
+def test_probe_json_has_no_nan():
+    from blindheads.cli.probe import json_safe
+
+    safe = json_safe({"acc": [float("nan"), 0.5], "d": {"x": float("inf")}, "n": 3, "s": "a"})
+    assert safe == {"acc": [None, 0.5], "d": {"x": None}, "n": 3, "s": "a"}
+    json.dumps(safe, allow_nan=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,11 @@ def test_non_finite_loss_stops_training_and_keeps_the_good_checkpoint(cache_dir,
         (["--data.source", "files", "--data.files", "[/no/such/dir/*.parquet]"], "no files match"),
         (["--data.seq_len", "512"], "data.seq_len=512 is longer than the model's context_length=128"),
         (["--model.schedule", "linear"], "valid: cosine, wsd"),
+        (["--model.decoder.threshold", "subnorml"], "subnorml"),
+        (["--model.decoder.dtype", "float8"], "float8"),
+        (["--trainer.max_step", "5"], "--trainer.max_step"),
+        (["--model.decoder.num_head", "2"], "--model.decoder.num_head"),
+        (["--model.decoder.attention", "flex"], "attention=flex trains only on CUDA"),
     ],
 )
 def test_config_mistakes_fail_before_training(cache_dir, tmp_path, override, message):
@@ -178,3 +184,45 @@ def test_configs_compose_left_to_right_and_print():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "position: alibi(wide)+clamp" in result.stdout and "name: wide_clamp" in result.stdout
     assert "hidden_size: 128" in result.stdout, "the earlier file's fields survive the later one"
+
+
+@pytest.mark.parametrize("content, reason", [(b"", "empty or truncated"), (b"\x00garbage" * 100, "not a PyTorch checkpoint file"),
+                                             (None, "no Lightning checkpoint inside")])
+def test_a_file_that_is_no_checkpoint_fails_in_one_line(cache_dir, tmp_path, content, reason):
+    path = tmp_path / "bad.ckpt"
+    if content is None:
+        torch.save({"not": "lightning"}, path)
+    else:
+        path.write_bytes(content)
+    result = run_cli(["validate", *tiny_run_args(tmp_path, cache_dir), "--ckpt_path", str(path)])
+    assert result.returncode != 0
+    assert f"not a blindheads checkpoint: {path} ({reason})" in result.stderr
+    assert "Traceback" not in result.stderr and "weights_only" not in result.stderr
+
+
+def test_checkpoint_debris_of_dead_runs_is_removed(cache_dir, tmp_path):
+    checkpoints = tmp_path / "alibi" / "run" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    dead, alive = checkpoints / ".last.ckpt.partial-999999999", checkpoints / f".last.ckpt.partial-{os.getpid()}"
+    dead.write_bytes(b"half")
+    alive.write_bytes(b"still writing")
+    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run",
+                                                 "--trainer.max_steps": "5"})
+    result = run_cli(["fit", *args])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not dead.exists() and alive.exists()
+
+
+def test_resume_from_last_finds_the_run_or_refuses(cache_dir, tmp_path):
+    """The README's resume command: no logger version is set, so ``last`` is the newest version's last.ckpt."""
+    refused = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir), "--ckpt_path", "last"])
+    assert refused.returncode != 0
+    assert f"--ckpt_path last: no last.ckpt in {tmp_path}/alibi/version_*/checkpoints" in refused.stderr
+    first = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **{"--trainer.max_steps": "10"})])
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir), "--ckpt_path", "last"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming from {tmp_path}/alibi/version_0/checkpoints/last.ckpt" in resumed.stderr
+    assert sorted(p.name for p in (tmp_path / "alibi").iterdir()) == ["version_0"]  # no new, empty version
+    losses = scalars(tmp_path / "alibi" / "version_0", "train/loss")
+    assert min(losses) == 0 and max(losses) == 19  # steps 0-9, then 10-19 after the resume

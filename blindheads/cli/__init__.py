@@ -41,13 +41,26 @@ COMMANDS = {
     "lm_eval": _lm_eval,
     **{name: _lightning(name) for name in ("fit", "validate", "test")},
 }
+SUMMARIES = {
+    "blindness": "per-head blindness distance and underflow shares of a position stack",
+    "fit": "train a decoder (LightningCLI; --config FILE ...)",
+    "validate": "validate a checkpoint (--ckpt_path)",
+    "test": "test a checkpoint: loss, retrieval, extrapolation, results.json",
+    "probe": "measured vs predicted underflow of a published model",
+    "export": "a Hugging Face directory from a checkpoint",
+    "lm_eval": "lm-evaluation-harness on a checkpoint",
+}
+USAGE = "usage: blindheads {" + ",".join(COMMANDS) + "} [options]   (blindheads COMMAND --help for its options)"
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE + "\n\ncommands:\n" + "\n".join(f"  {name:<10} {SUMMARIES[name]}" for name in COMMANDS))
+        return
     if not argv or argv[0] not in COMMANDS:
-        given = f"unknown command {argv[0]!r}; " if argv and argv[0] not in ("-h", "--help") else ""
-        sys.exit(f"{given}usage: blindheads {{{','.join(COMMANDS)}}} [options]")
+        given = f"unknown command {argv[0]!r}; " if argv else ""
+        sys.exit(f"{given}{USAGE}")
     try:
         COMMANDS[argv[0]](argv[1:])
     except (ValueError, FileNotFoundError) as error:  # bad input: the message names the value and the choices

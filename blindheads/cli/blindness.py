@@ -12,6 +12,10 @@ from blindheads.modules.config import load_decoder_config
 from blindheads.modules.position import build_position
 
 
+MAX_HEADS = 4096
+MAX_CONTEXT = 2**40  # the fused shares are closed forms; the materialized normaliser stops where its terms vanish
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="blindheads blindness",
@@ -33,6 +37,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.config is None and args.heads is None:
         parser.error("give --heads (or --config)")
+    if args.heads is not None and not 1 <= args.heads <= MAX_HEADS:
+        parser.error(f"--heads must be between 1 and {MAX_HEADS}, got {args.heads}")
+    if args.context is not None and not 1 <= args.context <= MAX_CONTEXT:
+        parser.error(f"--context must be between 1 and {MAX_CONTEXT} tokens, got {args.context}")
     return args
 
 
@@ -59,7 +67,7 @@ def main(argv: list[str]) -> None:
         spec, heads, context = config.position, args.heads or config.num_heads, config.context_length
     else:
         spec, heads, context = args.bias or "alibi", args.heads, 2048
-    context = args.context or context
+    context = context if args.context is None else args.context
     stack = build_position(spec, heads, context, args.dtype, args.threshold)
     report = blindness_report(stack, context, args.dtype, args.threshold, args.softmax)
     if args.json:

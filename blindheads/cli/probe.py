@@ -46,7 +46,7 @@ class TransformersDecoder(nn.Module):
 
 def write_outputs(out: Path, summary: dict, results: list[LayerStatistics], predicted: dict[str, list[float]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "probe.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "probe.json").write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False) + "\n")
     with open(out / "probe.csv", "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["length", "layer", "head", "zero_share", "blind_distance", "predicted_normal",
@@ -63,6 +63,18 @@ def write_outputs(out: Path, summary: dict, results: list[LayerStatistics], pred
     title = f"{summary['model']} ({summary['dtype']}, {longest.length} tokens)"
     zero_share_by_distance(longest.layers, normal, subnormal, title).savefig(out / "measured_vs_predicted.png", dpi=120)
     zero_share_heatmap(longest.layers, title).savefig(out / "zero_share_heatmap.png", dpi=120)
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (a NaN accuracy of an empty cell, an infinite distance) as ``None``:
+    JSON has no NaN or Infinity."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def main(argv: list[str]) -> dict:

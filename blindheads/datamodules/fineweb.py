@@ -27,8 +27,8 @@ class FineWebEdu(L.LightningDataModule):
     def __init__(
         self,
         source: str = "hub",
-        files: list[str] | None = None,
-        validation_files: list[str] | None = None,
+        files: list[str] | str | None = None,
+        validation_files: list[str] | str | None = None,
         hub_name: str = "HuggingFaceFW/fineweb-edu",
         hub_config: str = "sample-10BT",
         text_column: str = "text",
@@ -50,6 +50,7 @@ class FineWebEdu(L.LightningDataModule):
         if num_workers < 0:
             raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
         self.save_hyperparameters()
+        files, validation_files = ([f] if isinstance(f, str) else f for f in (files, validation_files))  # one path
         self.source, self.files_arg, self.validation_files = source, files, validation_files
         self.hub_name, self.hub_config, self.text_column = hub_name, hub_config, text_column
         self.tokenizer_name, self.builtin_vocab_size = tokenizer, builtin_vocab_size

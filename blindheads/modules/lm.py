@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import MeanMetric
 
+from blindheads.modules.backends import Flex
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.decoder import Decoder
 from blindheads.modules.schedules import SCHEDULES, lr_multiplier
@@ -68,6 +69,10 @@ class DecoderLM(L.LightningModule):
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
         seq_len = getattr(datamodule, "seq_len", None)
+        device = self.trainer.strategy.root_device
+        if stage == "fit" and isinstance(self.decoder.backend_for(device), Flex) and device.type != "cuda":
+            raise ValueError(f"attention=flex trains only on CUDA (PyTorch has no FlexAttention backward on "
+                             f"{device.type}); use attention=sdpa or auto")
         if seq_len is not None and seq_len > self.config.context_length:
             raise ValueError(
                 f"data.seq_len={seq_len} is longer than the model's context_length={self.config.context_length}: "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +12,38 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
+def not_a_checkpoint(path, error: BaseException) -> str:
+    """One line for a file that cannot be a checkpoint, naming it and why (never torch's ``weights_only`` advice)."""
+    reasons = {EOFError: "empty or truncated", pickle.UnpicklingError: "not a PyTorch checkpoint file",
+               KeyError: "no Lightning checkpoint inside", zipfile.BadZipFile: "not a PyTorch checkpoint file"}
+    reason = next((text for kind, text in reasons.items() if isinstance(error, kind)), type(error).__name__)
+    return f"not a blindheads checkpoint: {path} ({reason})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes a local checkpoint to a temporary file beside it, syncs it, then renames it into place: a run killed
-    mid-write leaves the previous checkpoint intact. Remote paths go through Lightning's own writer."""
+    mid-write leaves the previous checkpoint intact, and the next save removes what such a run left. Remote paths
+    go through Lightning's own writer. Loading a file that is no checkpoint fails in one line."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         if "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        for debris in path.parent.glob(".*.partial-*"):  # left by runs killed mid-write
+            pid = debris.name.rpartition("-")[2]
+            if pid.isdigit() and not _alive(int(pid)):
+                debris.unlink(missing_ok=True)
         staging = path.with_name(f".{path.name}.partial-{os.getpid()}")
         try:
             with open(staging, "wb") as file:
@@ -28,3 +53,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.replace(staging, path)
         finally:
             staging.unlink(missing_ok=True)
+
+    def load_checkpoint(self, path, map_location: Any = None, **kwargs: Any) -> dict[str, Any]:
+        try:
+            checkpoint = super().load_checkpoint(path, map_location=map_location, **kwargs)
+        except FileNotFoundError:
+            raise
+        except Exception as error:
+            raise ValueError(not_a_checkpoint(path, error)) from None
+        if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+            raise ValueError(not_a_checkpoint(path, KeyError("state_dict")))
+        return checkpoint

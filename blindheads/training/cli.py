@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import torch
 from lightning.pytorch.cli import LightningCLI
@@ -11,7 +12,7 @@ from lightning.pytorch.cli import LightningCLI
 from blindheads.callbacks.results import ResultsFile
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.modules.lm import DecoderLM
-from blindheads.training.checkpoint_io import AtomicCheckpointIO
+from blindheads.training.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
 
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0}
 KEEP_SUBNORMALS = "BLINDHEADS_KEEP_SUBNORMALS"
@@ -23,6 +24,41 @@ class BlindheadsCLI(LightningCLI):
         parser.link_arguments(
             "data", "model.decoder.vocab_size", compute_fn=lambda data: data.vocab_size, apply_on="instantiate"
         )
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI reads the checkpoint's hyperparameters before anything else: ``last`` is resolved to the run's
+        latest ``last.ckpt`` first (or refused), and a file that is no checkpoint fails here, in one line."""
+        if self.config.get("subcommand") and self.config[self.config.subcommand].get("ckpt_path") == "last":
+            self._resolve_last()
+        try:
+            super()._parse_ckpt_path()
+        except Exception as error:
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            raise ValueError(not_a_checkpoint(path, error)) from None
+
+    def _resolve_last(self) -> None:
+        """``--ckpt_path last`` means the run's ``last.ckpt``: in the logger's version directory when one is set,
+        else in the newest ``version_N`` that has one, which the resumed run then keeps logging to."""
+        config = self.config[self.config.subcommand]
+        logger = config.trainer.get("logger")
+        args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
+        if args is None:
+            raise ValueError("--ckpt_path last needs a logger (its run directory holds the checkpoints); give a path")
+        run = Path(args.get("save_dir") or ".") / (args.get("name") or "lightning_logs")
+        version = args.get("version")
+        if version is not None:
+            candidates = [run / (version if isinstance(version, str) else f"version_{version}")]
+        else:
+            numbered = [p for p in run.glob("version_*") if p.name.removeprefix("version_").isdigit()]
+            candidates = sorted(numbered, key=lambda p: int(p.name.removeprefix("version_")), reverse=True)
+        found = next((c for c in candidates if (c / "checkpoints" / "last.ckpt").is_file()), None)
+        if found is None:
+            looked = ", ".join(str(c / "checkpoints") for c in candidates[:3]) or f"{run}/version_*/checkpoints"
+            raise ValueError(f"--ckpt_path last: no last.ckpt in {looked}; give the checkpoint's path, or the run's "
+                             "version with --trainer.logger.init_args.version")
+        args.version = found.name
+        config.ckpt_path = str(found / "checkpoints" / "last.ckpt")
+        print(f"resuming from {config.ckpt_path}", file=sys.stderr)
 
     def instantiate_trainer(self, **kwargs):
         """Every run writes checkpoints atomically; ``test`` also writes ``results.json``."""
@@ -48,6 +84,8 @@ def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
     return BlindheadsCLI(
         DecoderLM, FineWebEdu, args=args, run=run, trainer_defaults=TRAINER_DEFAULTS,
         save_config_kwargs={"overwrite": True},
+        # no prefixes: --trainer.max_step is a typo, not --trainer.max_steps
+        parser_kwargs={"allow_abbrev": False, **{name: {"allow_abbrev": False} for name in ("fit", "validate", "test")}},
     )
 
 

@@ -92,6 +92,6 @@ def resolve_slopes(
         slopes = torch.tensor([float(s) for s in scheme], dtype=torch.float64, device="cpu")
     if slopes.numel() != num_heads:
         raise ValueError(f"ALiBi got {slopes.numel()} slopes for {num_heads} heads: give exactly one per head")
-    if not (slopes > 0).all():
-        raise ValueError(f"ALiBi slopes must be positive, got {slopes.tolist()}")
+    if not ((slopes > 0) & torch.isfinite(slopes)).all():
+        raise ValueError(f"ALiBi slopes must be positive and finite, got {slopes.tolist()}")
     return slopes
