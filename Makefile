@@ -42,6 +42,7 @@ benchmark: install
 	$(PY) benchmarks/decoder_throughput.py
 	$(PY) benchmarks/data_throughput.py
 	$(PY) benchmarks/training_throughput.py
+	$(PY) benchmarks/long_scoring.py --length 16384 --layers 6
 
 # On a CUDA machine (after `make install TORCH_SPEC=torch`): backends, compiled bf16 training, zero thresholds,
 # the 7B probe's memory; about 5 minutes, prints a table and writes gpu_check.json.
