@@ -172,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device("cuda")
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    for name, part in (("backends", lambda: backends_agree(device)), ("zero_thresholds", lambda: zero_thresholds(device)),
-                       ("training", lambda: training_steps(device, args)), ("probe_7b", lambda: probe_memory(device))):
+    parts = (("backends", lambda: backends_agree(device)), ("zero_thresholds", lambda: zero_thresholds(device)),
+             ("training", lambda: training_steps(device, args)), ("probe_7b", lambda: probe_memory(device)))
+    for name, part in parts:
         start = time.perf_counter()
         report[name] = part()
         print(f"== {name} ({time.perf_counter() - start:.0f} s)")

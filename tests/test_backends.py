@@ -4,7 +4,15 @@ import pytest
 import torch
 
 from blindheads.modules import Decoder, DecoderConfig, backends
-from blindheads.modules.backends import BlockedEager, Eager, Flex, Sdpa, flex_block_mask, resolve_backend, select_backend
+from blindheads.modules.backends import (
+    BlockedEager,
+    Eager,
+    Flex,
+    Sdpa,
+    flex_block_mask,
+    resolve_backend,
+    select_backend,
+)
 
 # With the tiny preset (context 128) and 64-token inputs, clamp(-10) and soft_cap(5) are active, not idle.
 SPECS = [

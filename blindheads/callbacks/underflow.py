@@ -143,7 +143,8 @@ class UnderflowMonitor(PeriodicEvaluation):
     def _log(self, trainer, pl_module, base: int, dtype: torch.dtype, prefix: str) -> dict:
         scalars = {}
         for length, layers in self.statistics.items():
-            scalars[f"{prefix}underflow/mean_{length / base:g}x"] = float(torch.stack([s.zero_share for s in layers]).mean())
+            share = torch.stack([s.zero_share for s in layers]).mean()
+            scalars[f"{prefix}underflow/mean_{length / base:g}x"] = float(share)
         at_base = self.statistics.get(base) or next(iter(self.statistics.values()))
         longest_length = max(self.statistics)
         longest = self.statistics[longest_length]

@@ -85,7 +85,7 @@ def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
         DecoderLM, FineWebEdu, args=args, run=run, trainer_defaults=TRAINER_DEFAULTS,
         save_config_kwargs={"overwrite": True},
         # no prefixes: --trainer.max_step is a typo, not --trainer.max_steps
-        parser_kwargs={"allow_abbrev": False, **{name: {"allow_abbrev": False} for name in ("fit", "validate", "test")}},
+        parser_kwargs={"allow_abbrev": False, **{cmd: {"allow_abbrev": False} for cmd in ("fit", "validate", "test")}},
     )
 
 
