@@ -193,3 +193,52 @@ def test_one_path_given_as_a_string_is_a_one_element_list(cache_dir, parquet_fil
     as_string = take(make_datamodule(cache_dir, glob), 3)
     as_list = take(make_datamodule(cache_dir, [glob]), 3)
     assert all(torch.equal(a, b) for a, b in zip(as_string, as_list))
+
+
+def resume_state(cache_dir, files, **kwargs):
+    dm = make_datamodule(cache_dir, files, **kwargs)
+    take(dm, 3)
+    return dm.state_dict()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("insert", "train files: added ['extra.parquet']"),
+        ("remove", "train files: removed ['train-00003.parquet']"),
+        ("truncate", "train files: changed (size or contents) ['train-00000.parquet']"),
+        ("append", "validation files: added ['zz-extra.parquet'], removed ['train-00008.parquet']"),
+        ("seed", "shuffle_files_seed: None -> 7"),
+    ],
+)
+def test_resume_refuses_changed_data_and_names_the_change(cache_dir, tmp_path, change, message):
+    files = [str(p) for p in write_fineweb_parquet(tmp_path / "d", num_files=9, docs_per_file=20)]
+    state = resume_state(cache_dir, files)
+    kwargs = {}
+    if change == "insert":
+        (extra,) = write_fineweb_parquet(tmp_path / "x", num_files=1, docs_per_file=5, seed=3)
+        files = files[:4] + [str(extra.rename(tmp_path / "d" / "extra.parquet"))] + files[4:]
+    elif change == "remove":
+        files = files[:3] + files[4:]
+    elif change == "truncate":  # the current file rewritten with half its documents
+        (shorter,) = write_fineweb_parquet(tmp_path / "x", num_files=1, docs_per_file=10)
+        shorter.replace(files[0])
+    elif change == "append":
+        (extra,) = write_fineweb_parquet(tmp_path / "x", num_files=1, docs_per_file=5, seed=3)
+        files = files + [str(extra.rename(tmp_path / "d" / "zz-extra.parquet"))]
+    else:
+        kwargs["shuffle_files_seed"] = 7
+    with pytest.raises(ValueError, match="the data changed since the checkpoint") as error:
+        make_datamodule(cache_dir, files, **kwargs).load_state_dict(state)
+    assert message in str(error.value) and "--data.accept_data_change true" in str(error.value)
+
+
+def test_accepting_a_data_change_says_what_it_costs(cache_dir, tmp_path, caplog):
+    files = [str(p) for p in write_fineweb_parquet(tmp_path / "d", num_files=9, docs_per_file=20)]
+    state = resume_state(cache_dir, files)
+    resumed = make_datamodule(cache_dir, files[:3] + files[4:], accept_data_change=True)
+    resumed.load_state_dict(state)
+    assert "resuming into changed data (accept_data_change): train files: removed" in caplog.text
+    assert "documents may be read twice or never" in caplog.text
+    unchanged = make_datamodule(cache_dir, files)
+    unchanged.load_state_dict(state)  # the same data resumes without a word

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +10,12 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from blindheads.datamodules.fingerprint import differences, fingerprint
 from blindheads.datamodules.sources import SOURCES, DataFiles, data_files, stream_documents
 from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
 from blindheads.datamodules.windows import TokenWindows, collate_windows
+
+log = logging.getLogger(__name__)
 
 
 class FineWebEdu(L.LightningDataModule):
@@ -40,6 +44,7 @@ class FineWebEdu(L.LightningDataModule):
         val_windows: int = 64,
         shuffle_files_seed: int | None = None,
         cache_dir: str | None = None,
+        accept_data_change: bool = False,
     ) -> None:
         super().__init__()
         if source not in SOURCES:
@@ -55,7 +60,7 @@ class FineWebEdu(L.LightningDataModule):
         self.hub_name, self.hub_config, self.text_column = hub_name, hub_config, text_column
         self.tokenizer_name, self.builtin_vocab_size = tokenizer, builtin_vocab_size
         self.seq_len, self.batch_size, self.num_workers, self.val_windows = seq_len, batch_size, num_workers, val_windows
-        self.shuffle_files_seed = shuffle_files_seed
+        self.shuffle_files_seed, self.accept_data_change = shuffle_files_seed, accept_data_change
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.tokenizer = None
         self.files: DataFiles | None = None
@@ -63,6 +68,7 @@ class FineWebEdu(L.LightningDataModule):
         self._validation: torch.Tensor | None = None
         self._heldout: torch.Tensor | None = None
         self._documents: dict[str, Any] = {}
+        self._fingerprint: dict[str, Any] | None = None
 
     # --- setup -----------------------------------------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -181,7 +187,16 @@ class FineWebEdu(L.LightningDataModule):
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             positions = [None] * world
             torch.distributed.all_gather_object(positions, self._resume)
-        return {"world_size": world, "num_workers": self.num_workers, "ranks": positions}
+        return {"world_size": world, "num_workers": self.num_workers, "ranks": positions, "data": self.fingerprint()}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The data this run reads (taken once per run: checkpoints reuse it)."""
+        if self._fingerprint is None:
+            files = self.files or self._resolve_files()
+            self._fingerprint = fingerprint(files.train, files.validation, shuffle_files_seed=self.shuffle_files_seed,
+                                            tokenizer=self.tokenizer_name, seq_len=self.seq_len,
+                                            text_column=self.text_column)
+        return self._fingerprint
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the training streams (only ``fit`` reads them: ``validate``/``test`` of a checkpoint may run on
@@ -194,4 +209,22 @@ class FineWebEdu(L.LightningDataModule):
                 f"the checkpoint's data order is for world size {state['world_size']} and "
                 f"{state['num_workers']} workers, this run has {world} and {self.num_workers}: resume with the same"
             )
+        self._check_data(state.get("data"))
         self._resume = state["ranks"][rank]
+
+    def _check_data(self, recorded: dict[str, Any] | None) -> None:
+        """Refuse to resume a stream position into data that changed, unless ``accept_data_change`` says so."""
+        if recorded is None:
+            log.warning("the checkpoint records no data fingerprint (written before they existed): a change in "
+                        "the data since cannot be detected")
+            return
+        changed = differences(recorded, self.fingerprint())
+        if not changed:
+            return
+        what = "; ".join(changed)
+        if not self.accept_data_change:
+            raise ValueError(f"the data changed since the checkpoint: {what}. Resuming would re-read or skip "
+                             "documents; restore the data, or pass --data.accept_data_change true to go on")
+        log.warning(f"resuming into changed data (accept_data_change): {what}. The restored position counts "
+                    "documents of the old file list, so documents may be read twice or never, and a changed "
+                    "held-out split may have been trained on: this run is not the uninterrupted run")
