@@ -226,3 +226,21 @@ def test_resume_from_last_finds_the_run_or_refuses(cache_dir, tmp_path):
     assert sorted(p.name for p in (tmp_path / "alibi").iterdir()) == ["version_0"]  # no new, empty version
     losses = scalars(tmp_path / "alibi" / "version_0", "train/loss")
     assert min(losses) == 0 and max(losses) == 19  # steps 0-9, then 10-19 after the resume
+
+
+def test_a_run_directory_held_by_a_live_run_is_refused_and_a_stale_lock_taken_over(cache_dir, tmp_path):
+    run = tmp_path / "alibi" / "run"
+    run.mkdir(parents=True)
+    lock = run / ".blindheads.lock"
+    lock.write_text(str(os.getpid()))  # this test process: alive
+    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run",
+                                                 "--trainer.max_steps": "5"})
+    refused = run_cli(["fit", *args])
+    assert refused.returncode != 0
+    assert f"run directory {run} is in use by a live run (pid {os.getpid()})" in refused.stderr
+    assert not list(run.rglob("*.ckpt")) and not (run / "config.yaml").exists()
+    lock.write_text("999999999")  # a run that crashed
+    taken = run_cli(["fit", *args])
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    assert "taking over the lock" in taken.stderr and not lock.exists()  # released at the end
+    assert (run / "checkpoints" / "last.ckpt").exists()

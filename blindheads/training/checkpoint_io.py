@@ -20,7 +20,8 @@ def not_a_checkpoint(path, error: BaseException) -> str:
     return f"not a blindheads checkpoint: {path} ({reason})"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this PID exists on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -42,7 +43,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path.parent.mkdir(parents=True, exist_ok=True)
         for debris in path.parent.glob(".*.partial-*"):  # left by runs killed mid-write
             pid = debris.name.rpartition("-")[2]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 debris.unlink(missing_ok=True)
         staging = path.with_name(f".{path.name}.partial-{os.getpid()}")
         try:

@@ -13,6 +13,7 @@ from blindheads.callbacks.results import ResultsFile
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.modules.lm import DecoderLM
 from blindheads.training.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
+from blindheads.training.run_lock import RunLock
 
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0}
 KEEP_SUBNORMALS = "BLINDHEADS_KEEP_SUBNORMALS"
@@ -61,11 +62,13 @@ class BlindheadsCLI(LightningCLI):
         print(f"resuming from {config.ckpt_path}", file=sys.stderr)
 
     def instantiate_trainer(self, **kwargs):
-        """Every run writes checkpoints atomically; ``test`` also writes ``results.json``."""
+        """Every run writes checkpoints atomically and holds its run directory; ``test`` also writes
+        ``results.json``."""
         trainer_config = self._get(self.config_init, "trainer", default={})
         plugins = trainer_config.get("plugins") or []
         plugins = plugins if isinstance(plugins, list) else [plugins]
         trainer = super().instantiate_trainer(plugins=[AtomicCheckpointIO(), *plugins], **kwargs)
+        trainer.callbacks.insert(0, RunLock())  # first: before the config is saved into the run directory
         if self.subcommand == "test":
             trainer.callbacks.append(ResultsFile())
         return trainer

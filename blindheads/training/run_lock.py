@@ -1,0 +1,50 @@
+"""One live run per run directory: two fits with the same name and version would overwrite each other's checkpoints
+and mix their ``config.yaml`` and ``hparams.yaml``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import lightning as L
+
+from blindheads.training.checkpoint_io import process_alive
+
+log = logging.getLogger(__name__)
+LOCK = ".blindheads.lock"
+
+
+class RunLock(L.Callback):
+    """Holds ``LOG_DIR/.blindheads.lock`` (the owner's PID) from setup to teardown. A lock whose process is gone
+    (a crash, a kill) is taken over with a log line; one held by a live process stops this run before it writes."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        log_dir = trainer.log_dir  # a collective under DDP: every rank reads it, rank 0 locks
+        if stage != "fit" or not trainer.is_global_zero or log_dir is None:
+            return
+        path = Path(log_dir) / LOCK
+        path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                owner = path.read_text().strip()
+                if owner.isdigit() and process_alive(int(owner)):
+                    raise ValueError(f"run directory {log_dir} is in use by a live run (pid {owner}); give this run "
+                                       "another --trainer.logger.init_args.version or name") from None
+                log.warning(f"taking over the lock of {log_dir} from pid {owner or '?'}, which is no longer running")
+                path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(descriptor, "w") as file:
+                file.write(str(os.getpid()))
+            self.path = path
+            return
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path = None
