@@ -25,7 +25,8 @@ demo: install
 	$(VENV)/bin/blindheads test $(DEMO) --ckpt_path last
 	$(VENV)/bin/blindheads blindness --config configs/smoke.yaml --dtype float32 --context 1024
 	@echo
-	@echo "TensorBoard logs: tensorboard --logdir runs/demo"
+	@echo "TensorBoard logs: $(VENV)/bin/tensorboard --logdir runs/demo"
+	@echo "more commands:    . $(VENV)/bin/activate, then blindheads --help"
 	@echo "checkpoint:       runs/demo/smoke/checkpoints/last.ckpt"
 	@echo "results:          runs/demo/smoke/results.json, passkey.json, needle.json"
 

@@ -78,3 +78,10 @@ def test_training_runs_notebook_compares_experiments(tmp_path, cache_dir):
     assert table["passkey_auc_out_of_domain"].between(0, 1).all()
     underflow = pd.read_csv(tmp_path / "out" / "underflow_per_head.csv")
     assert set(underflow["run"]) == {"alibi/run", "nope/run"} and set(underflow["head"]) == {0, 1, 2, 3}
+
+
+def test_the_demos_printed_commands_work_as_printed():
+    """`make demo` prints commands for a shell where .venv is not activated: they must name the venv's binaries."""
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    printed = [line for line in makefile.splitlines() if line.strip().startswith("@echo") and "--logdir" in line]
+    assert printed and all("$(VENV)/bin/tensorboard --logdir" in line for line in printed)
