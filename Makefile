@@ -41,6 +41,7 @@ test-fast: install
 # Scripts that print figures (a few minutes each on 2 cores).
 benchmark: install
 	$(PY) benchmarks/decoder_throughput.py
+	$(PY) benchmarks/attention_blocks.py
 	$(PY) benchmarks/data_throughput.py
 	$(PY) benchmarks/training_throughput.py
 	$(PY) benchmarks/long_scoring.py --length 16384 --layers 6
