@@ -105,7 +105,8 @@ def training_steps(device: torch.device, args: argparse.Namespace) -> list[dict]
 def two_key_weight(gap: float, dtype: torch.dtype, kernel: str, device: torch.device) -> float:
     """The weight a kernel gives the key whose score is ``gap`` below the other's (scores from q.k, so no mask)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.flex_attention import flex_attention
+
+    from blindheads.modules.backends import compiled_flex_attention
 
     head = 64
     q = torch.zeros(1, 1, 128, head, device=device, dtype=dtype)
@@ -118,7 +119,7 @@ def two_key_weight(gap: float, dtype: torch.dtype, kernel: str, device: torch.de
         weights = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(head), dim=-1)
         return weights[0, 0, 0, 1].item()
     if kernel == "flex":
-        out = torch.compile(flex_attention)(q, k, v)
+        out = compiled_flex_attention()(q, k, v)
     else:
         backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}[kernel]
         with sdpa_kernel(backend):

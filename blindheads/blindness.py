@@ -20,6 +20,7 @@ bisected on the monotone bias.
 from __future__ import annotations
 
 import math
+import copy
 from dataclasses import asdict, dataclass
 
 import torch
@@ -30,6 +31,13 @@ from blindheads.numerics import check_threshold, resolve_dtype, rounding_boundar
 
 SOFTMAXES = ("fused", "materialized")
 NORMALISER_CHUNK = 2**16  # distances per chunk of the normaliser's log-sum-exp: memory stays bounded
+
+
+def on_cpu(stack: PositionStack) -> PositionStack:
+    """The stack itself when it lives on the CPU, else a CPU copy: the calculator works in float64 on the CPU, also
+    for a model being trained on a GPU."""
+    tensors = [*stack.parameters(), *stack.buffers()]
+    return stack if all(t.device.type == "cpu" for t in tensors) else copy.deepcopy(stack).cpu()
 
 
 def check_softmax(softmax: str) -> str:
@@ -56,7 +64,7 @@ def log_normaliser(stack: PositionStack, context: int, max_chunks: int = 512) ->
     it stops. A bias that falls too slowly to
     converge within ``max_chunks`` chunks (log distances at long contexts) is refused rather than left running.
     """
-    total = torch.full((stack.num_heads,), -math.inf, dtype=torch.float64)
+    stack, total = on_cpu(stack), torch.full((stack.num_heads,), -math.inf, dtype=torch.float64)
     for chunk, start in enumerate(range(0, context, NORMALISER_CHUNK)):
         d = torch.arange(start, min(start + NORMALISER_CHUNK, context), dtype=torch.float64)
         logits = bias_only_logits(stack, d).masked_fill(d >= stack.window(), -math.inf)
@@ -84,11 +92,17 @@ def blind_distances(stack: PositionStack, tau: float | Tensor, search: bool = Fa
     Closed form unless a component has no inverse or ``search=True``; then a bisection on the monotone bias. A
     sliding window caps the result. ``tau`` may be one value or one per head (``effective_tau``).
     """
-    target = -torch.as_tensor(tau, dtype=torch.float64).expand(stack.num_heads)
+    stack, target = on_cpu(stack), -torch.as_tensor(tau, dtype=torch.float64).expand(stack.num_heads)
     distances = None if search else _closed_form(stack, target)
     if distances is None:
         distances = _search(stack, target)
     return distances.clamp_max(stack.window()).clamp_min(0)
+
+
+def predicted_blind_distances(stack: PositionStack, context: int, dtype: str | torch.dtype, threshold: str,
+                              softmax: str = "fused") -> Tensor:
+    """Per head, where the bias alone makes weights exactly zero, for one context, dtype, threshold and softmax."""
+    return blind_distances(stack, effective_tau(stack, context, dtype, threshold, softmax))
 
 
 def _closed_form(stack: PositionStack, target: Tensor) -> Tensor | None:
@@ -119,7 +133,6 @@ def _search(stack: PositionStack, target: Tensor, steps: int = 200) -> Tensor:
     """Bisection on ``u = ln(1 + d)``, so one search covers every distance a float64 can hold."""
     low = torch.zeros(stack.num_heads, dtype=torch.float64)
     high = torch.full_like(low, math.log(torch.finfo(torch.float64).max))
-
     heads = torch.arange(stack.num_heads)
 
     def below(u: Tensor) -> Tensor:
@@ -184,7 +197,7 @@ def blindness_report(
 ) -> BlindnessReport:
     """Tau, per-head blindness distances and underflow shares, and their averages over heads."""
     check_threshold(threshold)
-    distances = blind_distances(stack, effective_tau(stack, context, dtype, threshold, softmax))
+    distances = predicted_blind_distances(stack, context, dtype, threshold, softmax)
     last, pairs = underflow_last_query(distances, context), underflow_all_pairs(distances, context)
     slopes = next((c.slopes.tolist() for c in stack if hasattr(c, "slopes")), [None] * stack.num_heads)
     heads = [

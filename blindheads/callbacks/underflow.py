@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import math
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
-from blindheads.blindness import blind_distances, effective_tau, first_blind_token
+from blindheads.blindness import first_blind_token, predicted_blind_distances
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, tensorboard, training_length
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
 from blindheads.evaluation.underflow import GradientStatistics, ZeroStatistics, gradient_statistics, zero_statistics
@@ -130,7 +129,7 @@ class UnderflowMonitor(PeriodicEvaluation):
         if not learnable:
             return {}
         log_slopes = learnable[0].log_slopes
-        predicted = first_blind_token(predicted_distances(position, length, dtype, pl_module.config.threshold,
+        predicted = first_blind_token(predicted_blind_distances(position, length, dtype, pl_module.config.threshold,
                                                           "materialized"))
         i = torch.arange(length, device=log_slopes.device)
         beyond = ((i[:, None] - i[None, :]) >= predicted.to(log_slopes.device)[:, None, None]).to(grads[0].dtype)
@@ -159,7 +158,7 @@ class UnderflowMonitor(PeriodicEvaluation):
         for name, values in self.slope_grad.items():
             _per_head(scalars, f"{prefix}{name}", values)
         position, threshold = pl_module.decoder.position, pl_module.config.threshold
-        predicted = {softmax: predicted_distances(position, longest_length, dtype, threshold, softmax)
+        predicted = {softmax: predicted_blind_distances(position, longest_length, dtype, threshold, softmax)
                      for softmax in ("materialized", "fused")}
         for softmax, distances in predicted.items():
             _per_head(scalars, f"{prefix}blind_distance_predicted/{softmax}", distances)
@@ -170,12 +169,6 @@ class UnderflowMonitor(PeriodicEvaluation):
             writer.add_figure(f"{prefix}underflow/by_distance",
                               zero_share_by_distance(longest, predicted["materialized"]), trainer.global_step)
         return scalars
-
-
-def predicted_distances(position, length: int, dtype: torch.dtype, threshold: str, softmax: str) -> torch.Tensor:
-    """The calculator's blindness distances for the model's position stack, computed on a CPU copy of it."""
-    stack = copy.deepcopy(position).cpu()
-    return blind_distances(stack, effective_tau(stack, length, dtype, threshold, softmax))
 
 
 def _per_head(scalars: dict[str, float], tag: str, values: torch.Tensor) -> None:

@@ -111,6 +111,11 @@ class SdpaBias(CausalBlocks):
         return self.stack.dense_bias(stop - start, stop, self.device)[..., first:].to(self.dtype)
 
 
+def _join(blocks: list[Tensor]) -> Tensor:
+    """Per-block outputs back in query order."""
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-2)
+
+
 class AttentionBackend:
     """Prepare once per forward, then attend in every layer."""
 
@@ -152,12 +157,11 @@ class Sdpa(_Cached):
         bias = self.prepared
         if bias is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        outputs = [
+        return _join([
             F.scaled_dot_product_attention(q[..., start:stop, :], k[..., first:stop, :], v[..., first:stop, :],
                                            attn_mask=bias.rows(start, stop, first), enable_gqa=True)
             for start, stop, first in bias
-        ]
-        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+        ])
 
 
 class BlockedEager(AttentionBackend):
@@ -168,11 +172,11 @@ class BlockedEager(AttentionBackend):
 
     def attend(self, q, k, v, stack, weights):
         k, v = _expand_kv(q, k), _expand_kv(q, v)
-        outputs = []
-        for start, stop, first in self.blocks:
-            logits = _logits(q[..., start:stop, :], k[..., first:stop, :], stack, weights.dtype, stop, first)
-            outputs.append(softmax_in(logits, weights.dtype).to(v.dtype) @ v[..., first:stop, :])
-        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+        return _join([
+            softmax_in(_logits(q[..., start:stop, :], k[..., first:stop, :], stack, weights.dtype, stop, first),
+                       weights.dtype).to(v.dtype) @ v[..., first:stop, :]
+            for start, stop, first in self.blocks
+        ])
 
 
 class Flex(_Cached):
@@ -183,7 +187,7 @@ class Flex(_Cached):
         def score_mod(score, b, h, q_idx, kv_idx):
             return stack.score_mod(score, b, h, q_idx, kv_idx)
 
-        return _compiled_flex_attention()(q, k, v, score_mod=score_mod, block_mask=self.prepared, enable_gqa=True)
+        return compiled_flex_attention()(q, k, v, score_mod=score_mod, block_mask=self.prepared, enable_gqa=True)
 
 
 def select_backend(name: str, stack: PositionStack, device: torch.device) -> type[AttentionBackend]:
@@ -196,7 +200,7 @@ def select_backend(name: str, stack: PositionStack, device: torch.device) -> typ
 
 
 @lru_cache(maxsize=1)
-def _compiled_flex_attention():
+def compiled_flex_attention():
     return torch.compile(flex_attention, dynamic=False)
 
 

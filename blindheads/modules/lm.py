@@ -96,7 +96,7 @@ class DecoderLM(L.LightningModule):
         a ``GradScaler``) and skips the update on the device, so weights never take a non-finite step and no
         per-step host sync is needed; ``check_finite`` raises at the next logging boundary or checkpoint."""
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        finite = torch.isfinite(self._step_loss) & torch.isfinite(torch.stack(torch._foreach_norm(grads))).all()
+        finite = torch.isfinite(self._step_loss) & torch.isfinite(torch.nn.utils.get_total_norm(grads))
         optimizer.found_inf = (~finite).float()
         step = torch.full_like(self._first_nonfinite, self.global_step)
         self._first_nonfinite = torch.where(finite | (self._first_nonfinite >= 0), self._first_nonfinite, step)

@@ -24,21 +24,19 @@ class RoPE(PositionComponent):
         self.sin: Tensor | None = None
 
     def prepare(self, length: int, head_size: int, device: torch.device) -> None:
-        cached = self.cos is not None and self.cos.shape == (length, head_size) and self.cos.device == device
-        if not cached:
-            self.cos, self.sin = self._cos_sin(length, head_size, device)
+        self.cos, self.sin = self._cos_sin(length, head_size, device)
 
     def _cos_sin(self, length: int, dim: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """The prepared tables when they fit, else computed (rotate never stores: it may run inside compiled code)."""
+        if self.cos is not None and self.cos.shape == (length, dim) and self.cos.device == torch.device(device):
+            return self.cos, self.sin
         inv_freq = self.theta ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
         angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
         return angles.cos(), angles.sin()
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        if self.cos is not None and self.cos.shape == q.shape[-2:] and self.cos.device == q.device:
-            cos, sin = self.cos, self.sin
-        else:
-            cos, sin = self._cos_sin(q.shape[-2], q.shape[-1], q.device)
+        cos, sin = self._cos_sin(q.shape[-2], q.shape[-1], q.device)
         return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
     def extra_repr(self) -> str:
