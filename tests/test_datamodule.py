@@ -148,7 +148,7 @@ def test_jsonl_and_txt_sources_use_the_same_path(cache_dir, tmp_path):
         ({"source": "files", "files": []}, ValueError, "needs at least one path"),
         ({"source": "ftp"}, ValueError, "valid: hub, files, builtin"),
         ({"seq_len": 0}, ValueError, "seq_len must be >= 1"),
-        ({"text_column": "content"}, ValueError, "text column 'content' not found .* columns: \\['text', 'id', 'dump'"),
+        ({"text_column": "content"}, ValueError, "train-00000.parquet: text column 'content' not found; columns: \\['text', 'id', 'dump'"),
         ({"tokenizer": "/no/such/tokenizer"}, ValueError, "cannot load tokenizer '/no/such/tokenizer'"),
     ],
 )
@@ -170,7 +170,7 @@ def test_an_empty_source_is_an_error_not_a_silent_epoch(cache_dir, tmp_path):
 
     for i in range(2):
         pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / f"empty-{i}.parquet")
-    with pytest.raises(ValueError, match="hold no documents|cannot read"):
+    with pytest.raises(ValueError, match="empty-0.parquet: holds no documents"):
         make_datamodule(cache_dir, [str(tmp_path / "*.parquet")])
     for i in range(2):
         pq.write_table(pa.table({"text": ["only one document"]}), tmp_path / f"one-{i}.parquet")
@@ -242,3 +242,63 @@ def test_accepting_a_data_change_says_what_it_costs(cache_dir, tmp_path, caplog)
     assert "documents may be read twice or never" in caplog.text
     unchanged = make_datamodule(cache_dir, files)
     unchanged.load_state_dict(state)  # the same data resumes without a word
+
+
+def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
+    """A later file with one defect, and the message naming it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if kind == "integer parquet":
+        path = directory / "z.parquet"
+        pq.write_table(pa.table({"text": [1, 2, 3]}), path)
+        return str(path), "z.parquet: column 'text' has type int64, expected string"
+    if kind == "null parquet":
+        path = directory / "z.parquet"
+        pq.write_table(pa.table({"text": ["fine", None, "fine"]}), path)
+        return str(path), "z.parquet: 1 documents without text .* rows 0..2"
+    path = directory / "z.jsonl"
+    path.write_bytes({
+        "empty jsonl": b"",
+        "integer jsonl": b'{"text": "fine"}\n\n{"text": 5}\n',
+        "missing jsonl": b'{"text": "fine"}\n{"body": "x"}\n',
+        "bad utf-8 jsonl": b'{"text": "fine"}\n{"text": "bad \xff"}\n',
+        "bad json": b'{"text": "fine"}\n{"text": \n',
+    }[kind])
+    return str(path), {
+        "empty jsonl": "z.jsonl: holds no documents",
+        "integer jsonl": "z.jsonl: line 3 has 'text': int 5, expected a string",
+        "missing jsonl": "z.jsonl: line 2 has 'text': none, expected a string",
+        "bad utf-8 jsonl": "z.jsonl: invalid UTF-8 at byte offset 31 \\(line 2\\)",
+        "bad json": "z.jsonl: line 2 is not JSON",
+    }[kind]
+
+
+@pytest.mark.parametrize("kind", ["integer parquet", "null parquet", "empty jsonl", "integer jsonl", "missing jsonl",
+                                  "bad utf-8 jsonl", "bad json"])
+def test_a_bad_later_file_is_named_before_training_reads_it(cache_dir, tmp_path, kind):
+    """datasets would cast integers to strings, end an empty file silently, or raise naming no file."""
+    good = tmp_path / "a.jsonl" if "json" in kind else write_fineweb_parquet(tmp_path, 1, 5)[0]
+    if "json" in kind:
+        good.write_text('{"text": "a good first document"}\n')
+    bad, message = _write_bad_file(tmp_path, kind)
+    with pytest.raises(ValueError, match=message):
+        make_datamodule(cache_dir, [str(good), bad, str(good)])
+
+
+def test_bad_utf8_in_a_text_file_is_named_with_its_offset(cache_dir, tmp_path):
+    (tmp_path / "a.txt").write_text("a fine document\n")
+    (tmp_path / "b.txt").write_bytes(b"fine line\nbad \xfe here\n")
+    with pytest.raises(ValueError, match="b.txt: invalid UTF-8 at byte offset 14 \\(line 2\\)"):
+        make_datamodule(cache_dir, [str(tmp_path / "*.txt")])
+
+
+def test_a_non_string_document_in_a_stream_names_its_position(cache_dir, parquet_files):
+    """Remote files are not checked before reading: the per-document check names the stream position."""
+    import datasets
+
+    dm = make_datamodule(cache_dir, parquet_files)
+    documents = datasets.IterableDataset.from_generator(lambda: iter([{"text": "fine"}] * 70 + [{"text": None}]))
+    windows = TokenWindows(documents, dm.tokenizer.backend_tokenizer, dm.tokenizer.eos_token_id, 8, repeat=False)
+    with pytest.raises(ValueError, match="document 6 after stream position shard 0, row 64 has text NoneType None"):
+        list(windows)

@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 
 from blindheads.datamodules.builtin_corpus import write_builtin_corpus
+from blindheads.datamodules.validation import check_files
 
 SOURCES = ("hub", "files", "builtin")
 FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".txt": "text"}
@@ -96,7 +97,9 @@ def data_files(
 
 
 def stream_documents(files: tuple[str, ...], format: str, text_column: str) -> datasets.IterableDataset:
-    """A streaming dataset of the files' documents, keeping only ``text_column``; one shard per file."""
+    """A streaming dataset of the files' documents, keeping only ``text_column``; one shard per file. Local files
+    are checked first (``check_files``), so a bad file fails here, naming itself, before training reads it."""
+    check_files(files, format, text_column)
     kwargs = {"sample_by": "document"} if format == "text" else {}
     stream = datasets.load_dataset(format, data_files=list(files), split="train", streaming=True, **kwargs)
     try:  # read the first document now, so an unreadable or empty source fails here, not in a worker

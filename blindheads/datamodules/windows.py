@@ -73,9 +73,10 @@ class TokenWindows(torch.utils.data.IterableDataset):
             if state is not None:
                 docs.load_state_dict(state)
             empty = True
-            for batch in docs.iter(batch_size=DOC_BATCH):
+            for batch in _read(docs):
                 empty = False
-                encodings = self.tokenizer.encode_batch_fast(batch[self.text_column], add_special_tokens=False)
+                texts = _checked_texts(batch[self.text_column], state)
+                encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
                 arrays = [np.append(np.asarray(e.ids, dtype=np.int64), self.eos_id) for e in encodings]
                 if skip_docs or skip_tokens:  # resuming inside this batch
                     arrays = [np.empty(0, np.int64)] * skip_docs + [arrays[skip_docs][skip_tokens:]] + arrays[skip_docs + 1:]
@@ -114,6 +115,30 @@ class TokenWindows(torch.utils.data.IterableDataset):
                 origins = [_position_at(starts, origins, emitted)] + origins[keep + 1 :]
                 starts = [0] + [s - emitted for s in starts[keep + 1 :]]
                 buffer = buffer[emitted:]
+
+
+def _read(docs: datasets.IterableDataset) -> Iterator[dict[str, list]]:
+    """The stream's document batches; a reader error (bad bytes in a remote file) names where the stream was."""
+    try:
+        yield from docs.iter(batch_size=DOC_BATCH)
+    except (UnicodeDecodeError, ValueError, OSError) as error:
+        raise ValueError(f"cannot read the documents after stream position {_where(docs.state_dict())}: {error}") from None
+
+
+def _checked_texts(texts: list, state: dict[str, Any] | None) -> list[str]:
+    """Every document's text must be a string (local files are checked before reading; remote ones here)."""
+    for row, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"document {row} after stream position {_where(state)} has text "
+                             f"{type(text).__name__} {text!r:.60}, expected a string")
+    return texts
+
+
+def _where(state: dict[str, Any] | None) -> str:
+    """A ``datasets`` stream state as 'file (shard) k, row r' of this stream's shards."""
+    while isinstance(state, dict) and "shard_idx" not in state:
+        state = state.get("examples_iterable")
+    return f"shard {state['shard_idx']}, row {state['shard_example_idx']}" if state else "start"
 
 
 def _position_at(starts: list[int], origins: list[dict[str, Any]], index: int) -> dict[str, Any]:

@@ -1,0 +1,115 @@
+"""Every local data file is checked before training reads it, and every document where it is read.
+
+``datasets`` casts a later file's integer ``text`` column to strings, ends an empty file silently and names no file
+on bad UTF-8, so errors found there would be silent or nameless. Each local file is therefore read here first:
+parquet by its footer (schema, row count, null counts; no text is read), json lines and text in full (they have no
+schema to trust). Errors name the file, the row or byte offset, and what was expected. Remote (``hf://``) files are
+left to the per-document check in ``TokenWindows``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import IO, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+class DataFileError(ValueError):
+    """A data file that cannot be trained on, with its path and the place inside it."""
+
+
+def check_files(files: tuple[str, ...], format: str, text_column: str) -> None:
+    """Raise ``DataFileError`` for the first local file that is empty, unreadable or holds a non-string text."""
+    check = {"parquet": _check_parquet, "json": _check_json, "text": _check_text}[format]
+    for path in files:
+        if "://" not in path:
+            check(path, text_column)
+
+
+def _open(path: str) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _check_parquet(path: str, column: str) -> None:
+    try:
+        metadata = pq.ParquetFile(path).metadata
+    except (OSError, pa.ArrowException) as error:
+        raise DataFileError(f"{path}: not a readable parquet file ({error})") from None
+    schema = metadata.schema.to_arrow_schema()
+    if column not in schema.names:
+        raise DataFileError(f"{path}: text column {column!r} not found; columns: {schema.names}")
+    kind = schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DataFileError(f"{path}: column {column!r} has type {kind}, expected string (datasets would cast it)")
+    if metadata.num_rows == 0:
+        raise DataFileError(f"{path}: holds no documents")
+    index, first_row = schema.get_field_index(column), 0
+    for group in range(metadata.num_row_groups):
+        statistics = metadata.row_group(group).column(index).statistics
+        if statistics is not None and statistics.has_null_count and statistics.null_count:
+            raise DataFileError(
+                f"{path}: {statistics.null_count} documents without text (null {column!r}) in rows "
+                f"{first_row}..{first_row + metadata.row_group(group).num_rows - 1}, expected a string in every row"
+            )
+        first_row += metadata.row_group(group).num_rows
+
+
+def _check_json(path: str, column: str) -> None:
+    """JSON lines (one object per line), or one JSON array of objects."""
+    with _open(path) as file:
+        is_array = file.read(4096).lstrip().startswith(b"[")
+    records = _json_array(path) if is_array else _json_lines(path)
+    empty = True
+    for place, record in records:
+        empty = False
+        value = record.get(column) if isinstance(record, dict) else None
+        if not isinstance(value, str):
+            found = f"{type(value).__name__} {value!r}"[:60] if isinstance(record, dict) and column in record else "none"
+            raise DataFileError(f"{path}: {place} has {column!r}: {found}, expected a string")
+    if empty:
+        raise DataFileError(f"{path}: holds no documents")
+
+
+def _json_lines(path: str) -> Iterator[tuple[str, object]]:
+    for number, line in _lines(path):
+        if line.strip():
+            try:
+                yield f"line {number}", json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataFileError(f"{path}: line {number} is not JSON ({error.msg})") from None
+
+
+def _json_array(path: str) -> Iterator[tuple[str, object]]:
+    text = "".join(line for _, line in _lines(path))
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataFileError(f"{path}: invalid JSON at character {error.pos} ({error.msg})") from None
+    return ((f"element {index}", record) for index, record in enumerate(records))
+
+
+def _check_text(path: str, column: str) -> None:
+    """A text file is one document (``sample_by="document"``); it must be non-empty UTF-8."""
+    blank = True
+    for _, line in _lines(path):  # every line: bad bytes anywhere are an error
+        blank = blank and not line.strip()
+    if blank:
+        raise DataFileError(f"{path}: holds no documents")
+
+
+def _lines(path: str) -> Iterator[tuple[int, str]]:
+    """The file's lines decoded as UTF-8, numbered from 1; bad bytes are named by their offset."""
+    offset = 0
+    with _open(path) as file:
+        for number, raw in enumerate(file, 1):
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                where = "uncompressed byte" if path.endswith(".gz") else "byte"
+                raise DataFileError(
+                    f"{path}: invalid UTF-8 at {where} offset {offset + error.start} (line {number}), expected UTF-8 text"
+                ) from None
+            offset += len(raw)
