@@ -20,6 +20,17 @@ class KillAtStep(L.Callback):
             os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
+class KillRankZeroAtStep(L.Callback):
+    """SIGKILLs rank 0 alone (as the OOM killer would) once ``step`` optimiser steps are done."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= self.step and trainer.global_rank == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class PoisonAtStep(L.Callback):
     """Makes one weight NaN once ``step`` steps are done, so the next loss is not finite."""
 

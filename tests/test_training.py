@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from training_runs import REPO, run_cli, scalars, tiny_run_args
+from training_runs import REPO, TESTS, run_cli, scalars, tiny_run_args
 
 from blindheads.modules.schedules import lr_multiplier
 from blindheads.training.cli import build_cli
@@ -102,6 +105,24 @@ def test_ddp_resume_after_sigkill_equals_the_uninterrupted_run(cache_dir, tmp_pa
     assert sorted(straight) == sorted(resumed) == list(range(20))
     for step in range(20):
         assert resumed[step] == pytest.approx(straight[step], rel=1e-5, abs=1e-6), f"step {step}"
+
+
+@pytest.mark.slow
+def test_ranks_stop_within_seconds_when_rank_zero_is_killed(cache_dir, tmp_path):
+    """Without the watchdog, rank 1 sits in a collective until gloo's 30-minute timeout."""
+    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.strategy": "ddp", "--trainer.devices": "2",
+                                                 "--trainer.max_steps": "100000"})
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, "-m", "blindheads", "fit", *args, "--trainer.callbacks+=helpers.KillRankZeroAtStep",
+               "--trainer.callbacks.step=3"]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as rank0:
+        try:
+            _, stderr = rank0.communicate(timeout=300)  # the pipe closes when rank 1, which shares it, exits too
+        except subprocess.TimeoutExpired:
+            os.killpg(rank0.pid, signal.SIGKILL)
+            raise AssertionError("rank 1 was still running 300 s after rank 0 was killed") from None
+    assert rank0.returncode == -signal.SIGKILL
+    assert "local rank 1 stops: the process that launched it" in stderr, stderr[-3000:]
 
 
 @pytest.mark.slow

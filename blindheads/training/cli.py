@@ -13,6 +13,7 @@ from blindheads.callbacks.results import ResultsFile
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.modules.lm import DecoderLM
 from blindheads.training.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
+from blindheads.training.rank_watchdog import watch_launcher
 from blindheads.training.run_lock import RunLock
 
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0}
@@ -94,5 +95,6 @@ def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
 
 def main(argv: list[str]) -> BlindheadsCLI:
     flush_subnormals_unless_asked_not_to()
+    watch_launcher()
     # From the console script the arguments are sys.argv's; LightningCLI warns when given both.
     return build_cli(None if argv == sys.argv[1:] else argv)
