@@ -265,3 +265,23 @@ def test_a_run_directory_held_by_a_live_run_is_refused_and_a_stale_lock_taken_ov
     assert taken.returncode == 0, taken.stderr[-2000:]
     assert "taking over the lock" in taken.stderr and not lock.exists()  # released at the end
     assert (run / "checkpoints" / "last.ckpt").exists()
+
+
+def test_checkpoint_options_are_named_and_evaluations_logged_at_the_checkpoint_step(cache_dir, tmp_path):
+    """LightningCLI replaces model options with the checkpoint's: a typed one is refused, one from a config file
+    is named in the log, and config.yaml records what was used; validate logs at the checkpoint's step."""
+    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"})
+    assert run_cli(["fit", *args]).returncode == 0
+    checkpoint = str(tmp_path / "alibi/run/checkpoints/last.ckpt")
+    for command, typed in (("fit", ["--model.lr", "1e-4"]), ("test", ["--model.decoder.hidden_size", "128"])):
+        refused = run_cli([command, *args, *typed, "--ckpt_path", checkpoint, "--trainer.max_steps", "6"])
+        assert refused.returncode != 0
+        given = {"fit": "model.lr: 0.0001 given, the checkpoint's 0.003 used",
+                 "test": "model.decoder.hidden_size: 128 given, the checkpoint's 64 used"}[command]
+        assert given in refused.stderr, refused.stderr[-2000:]
+    validated = run_cli(["validate", *args, "--config", str(REPO / "configs/model/wide.yaml"), "--ckpt_path",
+                         checkpoint, "--trainer.logger.init_args.version", "validated"])
+    assert validated.returncode == 0, validated.stderr[-2000:]
+    assert "model.decoder.position: 'alibi(wide)' given, the checkpoint's 'alibi' used" in validated.stderr
+    assert "position: alibi\n" in (tmp_path / "wide/validated/config.yaml").read_text()
+    assert list(scalars(tmp_path / "wide/validated", "val/loss")) == [5]

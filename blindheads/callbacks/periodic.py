@@ -36,6 +36,12 @@ def training_length(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
     return getattr(trainer.datamodule, "seq_len", None) or pl_module.config.context_length
 
 
+def evaluated_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
+    """The training step the evaluated weights come from: the checkpoint's under validate/test."""
+    step = getattr(pl_module, "checkpoint_step", None)
+    return step if step is not None and trainer.state.fn in ("validate", "test") else trainer.global_step
+
+
 def tensorboard(trainer: L.Trainer):
     """The TensorBoard writer on rank 0, else ``None``."""
     for logger in trainer.loggers:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import lightning as L
 
+from blindheads.callbacks.periodic import evaluated_step
+
 HEADLINE = re.compile(r"^test/(loss|ppl|(passkey|needle)/(auc|samples)_\w+|extrapolation/\d+x/loss|underflow/mean_\w+)$")
 
 
@@ -30,9 +32,7 @@ class ResultsFile(L.Callback):
             metrics[key] = number if math.isfinite(number) else str(number)
         self.path = Path(log_dir or trainer.default_root_dir) / self.filename
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        step = getattr(pl_module, "checkpoint_step", None)
-        step = trainer.global_step if step is None else step
-        results = {"ckpt_path": trainer.ckpt_path, "global_step": step, "metrics": metrics}
+        results = {"ckpt_path": trainer.ckpt_path, "global_step": evaluated_step(trainer, pl_module), "metrics": metrics}
         self.path.write_text(json.dumps(results, indent=2) + "\n")
         print(f"results: {self.path}")
         for key, value in metrics.items():

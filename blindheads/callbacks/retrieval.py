@@ -8,7 +8,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 
-from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, tensorboard, training_length
+from blindheads.callbacks.periodic import PeriodicEvaluation, evaluated_step, log_scalars, tensorboard, training_length
 from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
@@ -88,8 +88,8 @@ class RetrievalEval(PeriodicEvaluation):
         log_scalars(trainer, pl_module, scalars, prefix)
         writer = tensorboard(trainer)
         if writer is not None:
-            figure = grid_heatmap(summary, f"{self.task}, step {trainer.global_step}")
-            writer.add_figure(f"{prefix}{self.task}/heatmap", figure, trainer.global_step)
+            step = evaluated_step(trainer, pl_module)
+            writer.add_figure(f"{prefix}{self.task}/heatmap", grid_heatmap(summary, f"{self.task}, step {step}"), step)
         log_dir = trainer.log_dir  # a collective under DDP: every rank reads it
         if prefix == "test/" and trainer.is_global_zero and log_dir:
             path = Path(log_dir) / f"{self.task}.json"

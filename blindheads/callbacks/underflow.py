@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from blindheads.blindness import first_blind_token, predicted_blind_distances
-from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, tensorboard, training_length
+from blindheads.callbacks.periodic import PeriodicEvaluation, evaluated_step, log_scalars, tensorboard, training_length
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
 from blindheads.evaluation.underflow import GradientStatistics, ZeroStatistics, gradient_statistics, zero_statistics
 
@@ -165,9 +165,9 @@ class UnderflowMonitor(PeriodicEvaluation):
         log_scalars(trainer, pl_module, scalars, prefix)
         writer = tensorboard(trainer)
         if writer is not None:
-            writer.add_figure(f"{prefix}underflow/heatmap", zero_share_heatmap(at_base), trainer.global_step)
-            writer.add_figure(f"{prefix}underflow/by_distance",
-                              zero_share_by_distance(longest, predicted["materialized"]), trainer.global_step)
+            step = evaluated_step(trainer, pl_module)
+            writer.add_figure(f"{prefix}underflow/heatmap", zero_share_heatmap(at_base), step)
+            writer.add_figure(f"{prefix}underflow/by_distance", zero_share_by_distance(longest, predicted["materialized"]), step)
         return scalars
 
 

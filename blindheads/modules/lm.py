@@ -178,4 +178,8 @@ class DecoderLM(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.checkpoint_step = checkpoint.get("global_step")
+        trainer = self._trainer
+        if trainer is not None and trainer.state.fn in ("validate", "test") and self.checkpoint_step is not None:
+            # Lightning restores the step only for fit: log validate/test scalars at the checkpoint's step, not 0
+            trainer.fit_loop.epoch_loop._batches_that_stepped = self.checkpoint_step
 

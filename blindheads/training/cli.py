@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from copy import deepcopy
 from pathlib import Path
 
 import torch
@@ -12,15 +14,22 @@ from lightning.pytorch.cli import LightningCLI
 from blindheads.callbacks.results import ResultsFile
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.modules.lm import DecoderLM
+from blindheads.training.checkpoint_options import describe, is_typed, replaced_options, typed_options
 from blindheads.training.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
 from blindheads.training.rank_watchdog import watch_launcher
 from blindheads.training.run_lock import RunLock
 
+log = logging.getLogger(__name__)
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0}
 KEEP_SUBNORMALS = "BLINDHEADS_KEEP_SUBNORMALS"
 
 
 class BlindheadsCLI(LightningCLI):
+    def __init__(self, *args, **kwargs) -> None:
+        given = kwargs.get("args")
+        self._typed = typed_options(sys.argv[1:] if given is None else given) if not isinstance(given, dict) else []
+        super().__init__(*args, **kwargs)
+
     def add_arguments_to_parser(self, parser) -> None:
         # The model's vocabulary is the tokenizer's (rounded up to a multiple of 64).
         parser.link_arguments(
@@ -30,13 +39,30 @@ class BlindheadsCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """LightningCLI reads the checkpoint's hyperparameters before anything else: ``last`` is resolved to the run's
         latest ``last.ckpt`` first (or refused), and a file that is no checkpoint fails here, in one line."""
-        if self.config.get("subcommand") and self.config[self.config.subcommand].get("ckpt_path") == "last":
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        if self.config[subcommand].get("ckpt_path") == "last":
             self._resolve_last()
+        given = deepcopy(self.config[subcommand].get("model"))
         try:
             super()._parse_ckpt_path()
         except Exception as error:
-            path = self.config[self.config.subcommand].get("ckpt_path")
-            raise ValueError(not_a_checkpoint(path, error)) from None
+            raise ValueError(not_a_checkpoint(self.config[subcommand].get("ckpt_path"), error)) from None
+        self._name_replaced_options(replaced_options(given, self.config[subcommand].get("model")))
+
+    def _name_replaced_options(self, replaced: list) -> None:
+        """A typed model option the checkpoint replaces is refused; one from a config file is logged. The run's
+        ``config.yaml`` records the values used."""
+        typed = [difference for difference in replaced if is_typed(difference[0], self._typed)]
+        if typed:
+            raise ValueError(
+                "a checkpoint's run uses the checkpoint's model options, so these typed ones would be ignored: "
+                + "; ".join(map(describe, typed)) + ". Remove them (a new run with other options starts without "
+                "--ckpt_path)"
+            )
+        for difference in replaced:
+            log.warning(f"model option replaced by the checkpoint's: {describe(difference)}")
 
     def _resolve_last(self) -> None:
         """``--ckpt_path last`` means the run's ``last.ckpt``: in the logger's version directory when one is set,
