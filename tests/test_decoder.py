@@ -1,5 +1,7 @@
 """The decoder: shapes, the 148M preset, equality with transformers' Llama, and config errors."""
 
+import sys
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -129,3 +131,21 @@ def test_load_decoder_config_from_training_layout(tmp_path):
     assert (config.num_heads, config.hidden_size, config.position) == (8, 64, "alibi(safe)+clamp")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_decoder_config(tmp_path / "missing.yaml")
+
+
+def test_a_class_path_imports_only_modules_named_on_purpose(tmp_path, monkeypatch):
+    """An exported config.json is loaded with trust_remote_code: its position spec must not import arbitrary code."""
+    (tmp_path / "blindheads_test_payload.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('imported').write_text('ran')\n"
+        "from blindheads.modules.position import NoPE\nclass Custom(NoPE):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = [{"class_path": "blindheads_test_payload.Custom"}]
+    with pytest.raises(ValueError, match="module 'blindheads_test_payload' is not imported and not named in "
+                                         "BLINDHEADS_POSITION_MODULES"):
+        Decoder(DecoderConfig.from_preset("tiny", position=spec))
+    assert not (tmp_path / "imported").exists(), "refused before importing"
+    monkeypatch.setenv("BLINDHEADS_POSITION_MODULES", "some.other, blindheads_test_payload")
+    decoder = Decoder(DecoderConfig.from_preset("tiny", position=spec))
+    assert type(decoder.position.components[0]).__name__ == "Custom" and (tmp_path / "imported").exists()
+    monkeypatch.delitem(sys.modules, "blindheads_test_payload")

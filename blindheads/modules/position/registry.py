@@ -10,7 +10,9 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import re
+import sys
 from typing import Any, Union
 
 from blindheads.modules.position.alibi import ALiBi
@@ -31,6 +33,9 @@ COMPONENTS: dict[str, type[PositionComponent]] = {
     "soft_cap": SoftCap,
     "sliding_window": SlidingWindow,
 }
+
+BUILTIN_PACKAGE = "blindheads.modules.position"
+POSITION_MODULES = "BLINDHEADS_POSITION_MODULES"  # extra modules a class_path may import, named on purpose
 
 PositionSpec = Union[str, list[Union[str, dict[str, Any]]]]
 
@@ -74,9 +79,27 @@ def parse_term(term: str) -> tuple[str, list[Any], dict[str, Any]]:
     return match["name"], args, kwargs
 
 
+def importable_modules() -> list[str]:
+    """The modules a ``class_path`` may import: the builtin components' package, the modules named in
+    ``BLINDHEADS_POSITION_MODULES`` (comma-separated) and any the program imported itself. A config file, such as
+    an exported model's ``config.json`` loaded with ``trust_remote_code``, cannot add to them."""
+    named = [m.strip() for m in os.environ.get(POSITION_MODULES, "").split(",") if m.strip()]
+    return [BUILTIN_PACKAGE, *named]
+
+
+def _module_allowed(module: str) -> bool:
+    return module in sys.modules or any(module == m or module.startswith(f"{m}.") for m in importable_modules())
+
+
 def _component_class(name: str) -> type[PositionComponent]:
     if "." in name:
         module, _, attr = name.rpartition(".")
+        if not _module_allowed(module):
+            raise ValueError(
+                f"class_path {name!r}: module {module!r} is not imported and not named in {POSITION_MODULES}; "
+                f"position components come from {', '.join(importable_modules())} (set {POSITION_MODULES}={module} "
+                "to allow it on purpose)"
+            )
         cls = getattr(importlib.import_module(module), attr, None)
         if not (isinstance(cls, type) and issubclass(cls, PositionComponent)):
             raise ValueError(f"class_path {name!r} is not a PositionComponent")
