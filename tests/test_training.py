@@ -285,3 +285,16 @@ def test_checkpoint_options_are_named_and_evaluations_logged_at_the_checkpoint_s
     assert "model.decoder.position: 'alibi(wide)' given, the checkpoint's 'alibi' used" in validated.stderr
     assert "position: alibi\n" in (tmp_path / "wide/validated/config.yaml").read_text()
     assert list(scalars(tmp_path / "wide/validated", "val/loss")) == [5]
+
+
+def test_a_hub_tokenizer_with_the_hub_unreachable_fails_in_seconds(cache_dir, tmp_path):
+    """Without asking first, the Hub client retries with backoff ("Retrying in 8s [Retry 5/5]") for about a
+    minute per file before failing."""
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    result = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir), "--data.tokenizer", "HuggingFaceTB/SmolLM-135M"],
+                     env=env)
+    assert result.returncode != 0
+    assert ("cannot load tokenizer 'HuggingFaceTB/SmolLM-135M': tokenizer 'HuggingFaceTB/SmolLM-135M' needs the "
+            "Hugging Face Hub, and http://127.0.0.1:9 cannot be reached") in result.stderr, result.stderr[-2000:]
+    assert "'builtin' for the offline tokenizer" in result.stderr
+    assert "Retrying" not in result.stderr

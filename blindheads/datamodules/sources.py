@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 
 from blindheads.datamodules.builtin_corpus import write_builtin_corpus
+from blindheads.datamodules.hub import require_hub
 from blindheads.datamodules.validation import check_files
 
 SOURCES = ("hub", "files", "builtin")
@@ -51,6 +52,7 @@ def expand_files(patterns: list[str] | str) -> list[str]:
 
 def hub_files(name: str, config: str) -> list[str]:
     """The data files of a Hub dataset config (``hf://`` paths), resolved without downloading them."""
+    require_hub(f"dataset {name}", "use data.source=files with downloaded shards, or data.source=builtin offline")
     try:
         builder = datasets.load_dataset_builder(name, config)
     except ValueError as error:  # datasets names the available configs

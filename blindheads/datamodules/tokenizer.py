@@ -12,9 +12,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from blindheads.datamodules.builtin_corpus import builtin_documents
+from blindheads.datamodules.hub import require_hub
 
 BUILTIN = "builtin"
 EOS = "<|endoftext|>"
+OFFLINE_HINT = f"give a local tokenizer directory, or '{BUILTIN}' for the offline tokenizer"
 
 
 def default_cache_dir() -> Path:
@@ -52,15 +54,27 @@ def resolve_tokenizer_path(name: str, cache_dir: str | Path, builtin_vocab_size:
     return str(train_builtin_tokenizer(cache_dir, builtin_vocab_size)) if name == BUILTIN else name
 
 
+def _from_pretrained(path: str) -> PreTrainedTokenizerFast:
+    """A local directory, else the Hub's cache, else the Hub, asked first whether it is reachable."""
+    if not Path(path).exists():
+        try:
+            return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except OSError:
+            require_hub(f"tokenizer {path!r}", OFFLINE_HINT)
+    return AutoTokenizer.from_pretrained(path)
+
+
 def load_tokenizer(name: str, cache_dir: str | Path, builtin_vocab_size: int = 4096) -> PreTrainedTokenizerFast:
     """The tokenizer ``name`` (hub name, local path, or ``builtin``); it must have an EOS token to separate documents."""
     path = resolve_tokenizer_path(name, cache_dir, builtin_vocab_size)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = _from_pretrained(path)
+    except ConnectionError as error:
+        raise ValueError(f"cannot load tokenizer {name!r}: {error}") from None
     except OSError as error:
         raise ValueError(
-            f"cannot load tokenizer {name!r} ({error.__class__.__name__}); give a local tokenizer directory, "
-            f"'{BUILTIN}' for the offline tokenizer, or a Hugging Face Hub name with the Hub reachable"
+            f"cannot load tokenizer {name!r} ({error.__class__.__name__}); {OFFLINE_HINT}, or a Hugging Face Hub "
+            "name with the Hub reachable"
         ) from None
     if tokenizer.eos_token_id is None:
         raise ValueError(f"tokenizer {name!r} has no EOS token to separate documents")
