@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,12 @@ def test_export_of_a_trained_run_includes_its_tokenizer(cache_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     config = json.loads((tmp_path / "hf/config.json").read_text())
     assert config["model_type"] == "blindheads" and config["auto_map"]["AutoModelForCausalLM"]
+    assert "load it with: import blindheads.export.hf" in result.stdout
+    prompted = subprocess.run(  # stdin closed: a [y/N] prompt would fail the load
+        [sys.executable, "-c", "import blindheads.export.hf\nfrom transformers import AutoTokenizer\n"
+         f"AutoTokenizer.from_pretrained({str(tmp_path / 'hf')!r})"], stdin=subprocess.DEVNULL, capture_output=True,
+        text=True)
+    assert prompted.returncode == 0 and "[y/N]" not in prompted.stdout + prompted.stderr, prompted.stderr[-2000:]
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)

@@ -57,4 +57,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--ckpt_path", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    print(f"exported {args.ckpt_path} to {export(args.ckpt_path, args.out)}/")
+    out = export(args.ckpt_path, args.out)
+    print(f"exported {args.ckpt_path} to {out}/\nload it with: import blindheads.export.hf, then "
+          f"AutoModelForCausalLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r}); or "
+          "pass trust_remote_code=True to both")

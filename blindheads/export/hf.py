@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 
 import torch
-from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
 from blindheads.modules.config import DecoderConfig
@@ -72,3 +72,9 @@ class BlindheadsForCausalLM(PreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, **kwargs) -> dict:
         return {"input_ids": input_ids}
+
+
+# Importing this module makes exported directories load with the Auto classes and no remote code (and so no
+# "trust_remote_code [y/N]" prompt, which AutoTokenizer also raises: it reads config.json's auto_map first).
+AutoConfig.register(BlindheadsConfig.model_type, BlindheadsConfig, exist_ok=True)
+AutoModelForCausalLM.register(BlindheadsConfig, BlindheadsForCausalLM, exist_ok=True)
