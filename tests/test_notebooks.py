@@ -41,7 +41,7 @@ def test_blindness_theory_notebook(tmp_path):
     refused = clamped["refused"].notna()  # float16 at its normal threshold leaves no room for a floor at 1024 tokens
     assert (refused == ((clamped["dtype"] == "float16") & (clamped["threshold"] == "normal"))).all()
     assert clamped[refused]["blind_distance"].isna().all()
-    assert (clamped.query("setup == 'clamp'")[~refused]["blind_distance"] == float("inf")).all()
+    assert (clamped[~refused].query("setup == 'clamp'")["blind_distance"] == float("inf")).all()
     shares = pd.read_csv(tmp_path / "underflow_vs_length.csv")
     alibi_shares = shares.query("setup == 'alibi'")["all_pairs"]
     assert alibi_shares.is_monotonic_increasing and alibi_shares.iloc[-1] > 0.5
@@ -85,3 +85,15 @@ def test_the_demos_printed_commands_work_as_printed():
     makefile = (Path(__file__).parents[1] / "Makefile").read_text()
     printed = [line for line in makefile.splitlines() if line.strip().startswith("@echo") and "--logdir" in line]
     assert printed and all("$(VENV)/bin/tensorboard --logdir" in line for line in printed)
+
+
+def test_notebook_paths_are_the_repositorys_wherever_jupyter_starts(tmp_path, monkeypatch):
+    """Started from notebooks/ (or anywhere), runs_dir="runs" still means the repository's runs/; a folder with no
+    runs is an error, not an empty table."""
+    from blindheads.analysis.paths import from_repository
+
+    monkeypatch.chdir(tmp_path)
+    assert from_repository("runs") == REPO / "runs" and from_repository(tmp_path) == tmp_path
+    with pytest.raises(Exception, match=f"no TensorBoard runs under {REPO}/runs/no-such-experiment"):
+        execute("03_training_runs.ipynb", {"runs_dir": "runs/no-such-experiment", "output_dir": str(tmp_path)},
+                REPO / "notebooks")

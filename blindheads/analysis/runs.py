@@ -27,6 +27,15 @@ def run_dirs(root: str | Path) -> list[Path]:
     return sorted({p.parent for p in Path(root).rglob("events.out.tfevents.*")})
 
 
+def find_runs(root: str | Path) -> list[Path]:
+    """``run_dirs(root)``, refusing a root that holds none (a wrong folder would otherwise give an empty table)."""
+    runs = run_dirs(root)
+    if not runs:
+        raise FileNotFoundError(f"no TensorBoard runs under {Path(root).resolve()}: run `make demo`, or point "
+                                "runs_dir at the save_dir of fits")
+    return runs
+
+
 def scalars(run_dir: str | Path) -> pd.DataFrame:
     """Every scalar of a run (all its event files, no sampling): columns ``tag``, ``step``, ``value``."""
     rows = []
@@ -48,7 +57,7 @@ def comparison_table(root: str | Path) -> pd.DataFrame:
     """One row per run: the experiment (logger name), version, last step, and the latest validation loss and
     retrieval AUCs with their sample counts; ``test/`` values from a ``results.json`` beside the run win."""
     rows = []
-    for run in run_dirs(root):
+    for run in find_runs(root):
         frame = scalars(run)
         row = {"experiment": run.parent.name, "version": run.name,
                "step": int(frame["step"].max()) if len(frame) else 0}
