@@ -110,6 +110,7 @@ def test_bad_position_specs_name_the_value_and_the_choices(position, message):
         ({"num_heads": 3}, "not divisible by num_heads 3"),
         ({"num_kv_heads": 3}, "not a multiple of num_kv_heads 3"),
         ({"hidden_size": 0}, "hidden_size must be >= 1"),
+        ({"init_std": 1e6}, r"init_std must be in \(0, 1\], got 1000000.0"),
         ({"colour": 1}, "unknown decoder fields"),
         ({"softmax_dtype": "int8"}, "valid: float64, float32, bfloat16, float16"),
     ],

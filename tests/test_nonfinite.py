@@ -37,9 +37,28 @@ def test_a_non_finite_gradient_is_skipped_on_the_device_and_reported(cache_dir, 
     assert all(torch.equal(saved[k], v) for k, v in poison.before.items())
 
 
+class NonFiniteFromTheStart(L.Callback):
+    def on_train_start(self, trainer, pl_module) -> None:
+        with torch.no_grad():
+            pl_module.decoder.blocks[0].mlp.down_proj.weight.fill_(float("inf"))
+
+
+class ZeroGradients(L.Callback):
+    """A model that learns nothing: every gradient exactly zero (what init_std 1e6 once did, silently)."""
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        for parameter in pl_module.parameters():
+            parameter.grad.zero_()
+
+
 def test_a_model_that_starts_non_finite_never_checkpoints_nan(cache_dir, tmp_path):
-    _, message = fit(cache_dir, tmp_path, [], init_std=1e30)
+    _, message = fit(cache_dir, tmp_path, [NonFiniteFromTheStart()])
     assert "non-finite" in message
     for path in tmp_path.glob("*.ckpt"):
         state = torch.load(path, weights_only=False)["state_dict"]
         assert all(torch.isfinite(t).all() for t in state.values()), path.name
+
+
+def test_a_run_whose_gradients_are_all_zero_stops_instead_of_training_nothing(cache_dir, tmp_path):
+    _, message = fit(cache_dir, tmp_path, [ZeroGradients()])
+    assert "every gradient was exactly zero for the last 5 steps (to step 5)" in message

@@ -43,6 +43,9 @@ class DecoderConfig:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.init_std <= 1:
+            raise ValueError(f"init_std must be in (0, 1], got {self.init_std}: larger weights saturate every norm "
+                             "and softmax (at 1e6 all logits are equal and every gradient is exactly zero)")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:

@@ -16,6 +16,9 @@ from blindheads.modules.decoder import Decoder
 from blindheads.modules.schedules import SCHEDULES, lr_multiplier
 
 
+DEAD_STEPS = 5  # consecutive steps with all-zero gradients that stop a run
+
+
 class DecoderLM(L.LightningModule):
     """Next-token prediction with AdamW (lr 3e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.01 on matrices) and a
     ``cosine`` or ``wsd`` schedule whose length is ``trainer.max_steps``.
@@ -52,6 +55,7 @@ class DecoderLM(L.LightningModule):
         self.checkpoint_step: int | None = None  # the training step of the loaded checkpoint (validate, test)
         self.register_buffer("_first_nonfinite", torch.tensor(-1), persistent=False)
         self.register_buffer("_nonfinite_steps", torch.tensor(0), persistent=False)
+        self.register_buffer("_dead_steps", torch.tensor(0), persistent=False)  # consecutive all-zero gradients
 
     @property
     def config(self) -> DecoderConfig:
@@ -96,8 +100,10 @@ class DecoderLM(L.LightningModule):
         a ``GradScaler``) and skips the update on the device, so weights never take a non-finite step and no
         per-step host sync is needed; ``check_finite`` raises at the next logging boundary or checkpoint."""
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        finite = torch.isfinite(self._step_loss) & torch.isfinite(torch.nn.utils.get_total_norm(grads))
+        norm = torch.nn.utils.get_total_norm(grads)
+        finite = torch.isfinite(self._step_loss) & torch.isfinite(norm)
         optimizer.found_inf = (~finite).float()
+        self._dead_steps = torch.where(norm == 0, self._dead_steps + 1, torch.zeros_like(self._dead_steps))
         step = torch.full_like(self._first_nonfinite, self.global_step)
         self._first_nonfinite = torch.where(finite | (self._first_nonfinite >= 0), self._first_nonfinite, step)
         self._nonfinite_steps += (~finite).long()
@@ -110,12 +116,18 @@ class DecoderLM(L.LightningModule):
         self.check_finite()
 
     def check_finite(self) -> None:
-        """Raise if any step since the start had a non-finite loss or gradient (one host sync)."""
-        if self._nonfinite_steps.item():
+        """Raise if any step since the start had a non-finite loss or gradient, or if the last
+        ``DEAD_STEPS`` steps all had exactly zero gradients (one host sync)."""
+        nonfinite, first, dead = torch.stack([self._nonfinite_steps, self._first_nonfinite, self._dead_steps]).tolist()
+        if nonfinite:
             raise FloatingPointError(
-                f"non-finite training loss or gradients at step {self._first_nonfinite.item()} "
-                f"({self._nonfinite_steps.item()} optimizer steps skipped by step {self.global_step}); training "
-                "stopped, the checkpoints written before are untouched"
+                f"non-finite training loss or gradients at step {first} ({nonfinite} optimizer steps skipped by step "
+                f"{self.global_step}); training stopped, the checkpoints written before are untouched"
+            )
+        if dead >= DEAD_STEPS:
+            raise FloatingPointError(
+                f"every gradient was exactly zero for the last {dead} steps (to step {self.global_step}): nothing "
+                "trains (saturated softmax or norms, a zero learning signal); training stopped"
             )
 
     def validation_step(self, windows: Tensor, batch_idx: int) -> None:
