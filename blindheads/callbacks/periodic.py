@@ -15,11 +15,19 @@ class PeriodicEvaluation(L.Callback):
         if every_n_steps is not None and every_n_steps < 1:
             raise ValueError(f"every_n_steps must be >= 1 or None, got {every_n_steps}")
         self.every_n_steps = every_n_steps
+        self._seen_step: int | None = None
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = ""):
         raise NotImplementedError
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._seen_step = trainer.global_step  # a resumed run starts at its checkpoint's step
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        """Once per optimizer step: with gradient accumulation, several batches end at the same global step."""
+        if trainer.global_step == self._seen_step:
+            return
+        self._seen_step = trainer.global_step
         if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
             self.evaluate(trainer, pl_module)
 

@@ -1,24 +1,30 @@
-"""Figures of measured attention underflow, for TensorBoard, probe outputs and notebooks."""
+"""Figures of measured attention underflow, for TensorBoard, probe outputs and notebooks.
+
+Built as ``matplotlib.figure.Figure`` objects, without pyplot: no backend is chosen and no global figure is kept
+(importing this package leaves a Jupyter user's backend alone, and long runs do not collect open figures).
+"""
 
 from __future__ import annotations
 
 import math
 
-import matplotlib
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from blindheads.evaluation.summary import GridSummary
+from blindheads.evaluation.underflow import ZeroStatistics
 
-from blindheads.evaluation.summary import GridSummary  # noqa: E402
-from blindheads.evaluation.underflow import ZeroStatistics  # noqa: E402
+
+def _figure(width: float, height: float):
+    figure = Figure(figsize=(width, height))
+    return figure, figure.subplots()
 
 
 def zero_share_heatmap(layers: list[ZeroStatistics], title: str = "share of causal attention weights exactly zero"):
     """Layer x head heatmap of the share of causal weights that are exactly zero."""
     shares = np.stack([s.zero_share.numpy() for s in layers])
-    figure, axis = plt.subplots(figsize=(1.5 + 0.5 * shares.shape[1], 1.0 + 0.3 * shares.shape[0]))
+    figure, axis = _figure(1.5 + 0.5 * shares.shape[1], 1.0 + 0.3 * shares.shape[0])
     image = axis.imshow(shares, vmin=0, vmax=1, cmap="magma", aspect="auto")
     axis.set_xlabel("head")
     axis.set_ylabel("layer")
@@ -34,7 +40,7 @@ def zero_share_by_distance(layers: list[ZeroStatistics], predicted: torch.Tensor
     blindness distance (``normal`` threshold), dashed ones the ``subnormal`` prediction when given."""
     zeros = torch.stack([s.zeros_by_distance for s in layers]).mean(0)
     share = (zeros / layers[0].pairs_by_distance).numpy()
-    figure, axis = plt.subplots(figsize=(7, 4))
+    figure, axis = _figure(7, 4)
     for head, row in enumerate(share):
         (line,) = axis.plot(row, label=f"head {head}")
         for values, style in ((predicted, ":"), (predicted_subnormal, "--")):
@@ -52,7 +58,7 @@ def zero_share_by_distance(layers: list[ZeroStatistics], predicted: torch.Tensor
 
 def grid_heatmap(summary: GridSummary, title: str):
     """Retrieval accuracy, depth (rows) x length (columns); in-domain columns left of the dashed line."""
-    figure, axis = plt.subplots(figsize=(1.2 + 0.7 * len(summary.lengths), 1.0 + 0.45 * len(summary.depths)))
+    figure, axis = _figure(1.2 + 0.7 * len(summary.lengths), 1.0 + 0.45 * len(summary.depths))
     image = axis.imshow(summary.exact.T, vmin=0, vmax=1, cmap="viridis", aspect="auto")
     axis.set_xticks(range(len(summary.lengths)), [str(n) for n in summary.lengths], rotation=45)
     axis.set_yticks(range(len(summary.depths)), [f"{d:.0%}" for d in summary.depths])
