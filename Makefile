@@ -30,8 +30,10 @@ demo: install
 	@echo "checkpoint:       runs/demo/smoke/checkpoints/last.ckpt"
 	@echo "results:          runs/demo/smoke/results.json, passkey.json, needle.json"
 
-# The README's test command: the whole suite, slow tests included (CI runs this).
+# The README's test command: lint and format checks, then the whole suite, slow tests included (CI runs this).
 test: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -n 2 --durations=15
 
 # The everyday suite: skips tests marked slow.

@@ -59,12 +59,19 @@ def main() -> None:
         start = time.perf_counter()
         tokens = 0
         for i in range(0, len(texts), DOC_BATCH):
-            encodings = tokenizer.backend_tokenizer.encode_batch_fast(texts[i : i + DOC_BATCH], add_special_tokens=False)
+            encodings = tokenizer.backend_tokenizer.encode_batch_fast(
+                texts[i : i + DOC_BATCH], add_special_tokens=False
+            )
             tokens += sum(len(e.ids) for e in encodings)
         tokenizer_seconds = time.perf_counter() - start
 
-        windows = TokenWindows(stream_documents(files, "parquet", "text"), tokenizer.backend_tokenizer,
-                               tokenizer.eos_token_id, args.seq_len, repeat=False)
+        windows = TokenWindows(
+            stream_documents(files, "parquet", "text"),
+            tokenizer.backend_tokenizer,
+            tokenizer.eos_token_id,
+            args.seq_len,
+            repeat=False,
+        )
         loader = DataLoader(windows, batch_size=args.batch_size, num_workers=0, collate_fn=collate_windows)
         start = time.perf_counter()
         packed = sum(batch["input_ids"].shape[0] * args.seq_len for batch in loader)

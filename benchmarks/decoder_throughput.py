@@ -60,10 +60,16 @@ def median_step_seconds(models: dict[str, torch.nn.Module], tokens: torch.Tensor
 def llama_like(config: DecoderConfig) -> LlamaForCausalLM:
     return LlamaForCausalLM(
         LlamaConfig(
-            vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.mlp_size,
-            num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
-            num_key_value_heads=config.num_kv_heads, tie_word_embeddings=True, attn_implementation="sdpa",
-            max_position_embeddings=config.context_length, rope_theta=10000.0,
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            intermediate_size=config.mlp_size,
+            num_hidden_layers=config.num_layers,
+            num_attention_heads=config.num_heads,
+            num_key_value_heads=config.num_kv_heads,
+            tie_word_embeddings=True,
+            attn_implementation="sdpa",
+            max_position_embeddings=config.context_length,
+            rope_theta=10000.0,
         )
     )
 
@@ -75,18 +81,23 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="timed steps per setup, interleaved")
     parser.add_argument("--attention", default="sdpa", choices=["sdpa", "eager", "flex"])
-    parser.add_argument("--keep-subnormals", action="store_true",
-                        help="do not flush subnormals (blindheads fit flushes them; CPU arithmetic on them is slow)")
+    parser.add_argument(
+        "--keep-subnormals",
+        action="store_true",
+        help="do not flush subnormals (blindheads fit flushes them; CPU arithmetic on them is slow)",
+    )
     args = parser.parse_args()
     if not args.keep_subnormals:
         torch.set_flush_denormal(True)  # before any thread starts: new threads inherit the flag
     torch.manual_seed(0)
-    shape = dict(num_layers=args.layers, context_length=max(args.length, 2048), attention=args.attention)
+    shape = {"num_layers": args.layers, "context_length": max(args.length, 2048), "attention": args.attention}
     tokens = torch.randint(0, 49152, (args.batch, args.length))
     n_tokens = tokens.numel()
-    print(f"smollm-148m shape with {args.layers} layers, batch {args.batch} x {args.length} tokens, "
-          f"{args.attention}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"subnormals {'kept' if args.keep_subnormals else 'flushed'}")
+    print(
+        f"smollm-148m shape with {args.layers} layers, batch {args.batch} x {args.length} tokens, "
+        f"{args.attention}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+        f"subnormals {'kept' if args.keep_subnormals else 'flushed'}"
+    )
     models = {spec: Decoder(DecoderConfig.from_preset("smollm-148m", position=spec, **shape)) for spec in SETUPS}
     models[LLAMA] = llama_like(DecoderConfig.from_preset("smollm-148m", **shape))
     results = median_step_seconds(models, tokens, args.rounds)
@@ -98,9 +109,11 @@ def main() -> None:
     print(f"ours (rope) / Llama step time: {results['rope'] / llama:.2f}")
     additive = max(seconds / results["nope"] for spec, seconds in results.items() if "soft_cap" not in spec)
     soft_caps = max(seconds / results["nope"] for spec, seconds in results.items() if "soft_cap" in spec)
-    for goal, value, limit in (("every additive stack <= 1.10x NoPE", additive, 1.10),
-                               ("soft caps <= 1.30x NoPE", soft_caps, 1.30),
-                               ("RoPE at least as fast as Llama", results["rope"] / llama, 1.0)):
+    for goal, value, limit in (
+        ("every additive stack <= 1.10x NoPE", additive, 1.10),
+        ("soft caps <= 1.30x NoPE", soft_caps, 1.30),
+        ("RoPE at least as fast as Llama", results["rope"] / llama, 1.0),
+    ):
         print(f"goal: {goal}: worst {value:.2f} -> {'met' if value <= limit else 'NOT met'}")
 
 

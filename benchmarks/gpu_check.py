@@ -25,9 +25,21 @@ from blindheads.modules import Decoder, DecoderConfig
 from blindheads.numerics import DTYPES, tau
 
 SPECS = [
-    "nope", "rope", "alibi", "alibi(steep)", "alibi(safe)", "alibi(wide)", "alibi(robust)", "alibi(learnable=True)",
-    "alibi+clamp", "alibi+log_distance", "alibi+soft_cap", "alibi+soft_cap(where=before)",
-    "alibi+sliding_window(256)", "alibi+clamp+log_distance", "alibi(wide)+clamp+log_distance",
+    "nope",
+    "rope",
+    "alibi",
+    "alibi(steep)",
+    "alibi(safe)",
+    "alibi(wide)",
+    "alibi(robust)",
+    "alibi(learnable=True)",
+    "alibi+clamp",
+    "alibi+log_distance",
+    "alibi+soft_cap",
+    "alibi+soft_cap(where=before)",
+    "alibi+sliding_window(256)",
+    "alibi+clamp+log_distance",
+    "alibi(wide)+clamp+log_distance",
 ]
 TRAINING = ["nope", "rope", "alibi", "alibi(wide)+clamp+log_distance"]
 KERNELS = ("flex", "flash", "efficient", "eager")
@@ -49,8 +61,11 @@ def backends_agree(device: torch.device) -> list[dict]:
         results = {}
         for attention in ("eager", "sdpa", "flex"):
             torch.manual_seed(0)
-            model = Decoder(DecoderConfig.from_preset("tiny", position=spec, attention=attention,
-                                                      context_length=512, dtype="float32")).to(device)
+            model = Decoder(
+                DecoderConfig.from_preset(
+                    "tiny", position=spec, attention=attention, context_length=512, dtype="float32"
+                )
+            ).to(device)
             logits = model(tokens)
             logits.pow(2).mean().backward()
             results[attention] = (logits.detach(), {n: p.grad for n, p in model.named_parameters()})
@@ -78,7 +93,7 @@ def training_steps(device: torch.device, args: argparse.Namespace) -> list[dict]
         windows = torch.randint(0, config.vocab_size, (args.batch, 2049), device=device)
         torch.cuda.reset_peak_memory_stats()
         times = []
-        for step in range(3 + args.steps):
+        for _step in range(3 + args.steps):
             torch.cuda.synchronize()
             start = time.perf_counter()
             with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -92,8 +107,16 @@ def training_steps(device: torch.device, args: argparse.Namespace) -> list[dict]
         tokens = args.batch * 2048
         peak = get_available_flops(device, torch.bfloat16)
         mfu = lm.flops_per_token(2048) * tokens / step_s / peak if peak else float("nan")
-        rows.append({"spec": spec, "step_s": step_s, "tokens_per_s": tokens / step_s, "mfu": mfu,
-                     "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30, "compile_s": times[0]})
+        rows.append(
+            {
+                "spec": spec,
+                "step_s": step_s,
+                "tokens_per_s": tokens / step_s,
+                "mfu": mfu,
+                "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+                "compile_s": times[0],
+            }
+        )
         del lm, optimizer
         torch.cuda.empty_cache()
     nope = next(r["step_s"] for r in rows if r["spec"] == "nope")
@@ -161,9 +184,13 @@ def probe_memory(device: torch.device) -> dict:
     weights_gib = torch.cuda.memory_allocated() / 2**30
     start = time.perf_counter()
     layers = measure(model, torch.randint(0, config.vocab_size, (1, 2048), device=device))
-    return {"parameters": sum(p.numel() for p in model.parameters()), "weights_gib": weights_gib,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "seconds": time.perf_counter() - start,
-            "layers_measured": len(layers)}
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "weights_gib": weights_gib,
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "seconds": time.perf_counter() - start,
+        "layers_measured": len(layers),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,8 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device("cuda")
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    parts = (("backends", lambda: backends_agree(device)), ("zero_thresholds", lambda: zero_thresholds(device)),
-             ("training", lambda: training_steps(device, args)), ("probe_7b", lambda: probe_memory(device)))
+    parts = (
+        ("backends", lambda: backends_agree(device)),
+        ("zero_thresholds", lambda: zero_thresholds(device)),
+        ("training", lambda: training_steps(device, args)),
+        ("probe_7b", lambda: probe_memory(device)),
+    )
     for name, part in parts:
         start = time.perf_counter()
         report[name] = part()

@@ -35,15 +35,23 @@ class StepTimer(L.Callback):
         self.inside.append(time.perf_counter() - self.starts[-1])
 
     def summary(self, skip: int = 2) -> tuple[float, float]:
-        steps = [b - a for a, b in zip(self.starts[skip:], self.starts[skip + 1:])]
+        steps = [b - a for a, b in zip(self.starts[skip:], self.starts[skip + 1 :])]
         inside = self.inside[skip : skip + len(steps)]
         return statistics.median(steps), 1 - sum(inside) / sum(steps)
 
 
 def fit(args: list[str], steps: int) -> tuple[L.LightningModule, L.Trainer, StepTimer]:
     timer = StepTimer()
-    cli = build_cli(args + [f"--trainer.max_steps={steps}", "--trainer.val_check_interval=100000",
-                            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"], run=False)
+    cli = build_cli(
+        [
+            *args,
+            f"--trainer.max_steps={steps}",
+            "--trainer.val_check_interval=100000",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+        ],
+        run=False,
+    )
     cli.trainer.callbacks.append(timer)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return cli.model, cli.trainer, timer
@@ -56,37 +64,61 @@ def main() -> None:
     args = parser.parse_args()
     flush_subnormals_unless_asked_not_to()
     root = tempfile.mkdtemp()
-    base = ["--config", "configs/smoke.yaml", f"--trainer.logger.init_args.save_dir={root}", "--trainer.callbacks=[]",
-            "--trainer.callbacks+=blindheads.callbacks.throughput.TokenThroughput",
-            "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor"]
+    base = [
+        "--config",
+        "configs/smoke.yaml",
+        f"--trainer.logger.init_args.save_dir={root}",
+        "--trainer.callbacks=[]",
+        "--trainer.callbacks+=blindheads.callbacks.throughput.TokenThroughput",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor",
+    ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     shapes = {
         "smoke (4 x 128, 1.4M)": [],
-        "smollm-148m (30 x 576, 148M)": ["--config", "configs/experiments/paper.yaml", "--config", "configs/trainer/cpu.yaml",
-                                         "--data.source=builtin", "--data.tokenizer=builtin", "--data.seq_len=512",
-                                         "--data.batch_size=1", "--data.num_workers=1", "--data.val_windows=8",
-                                         "--model.compile=false",
-                                         "--model.decoder.attention=sdpa", "--model.decoder.dtype=float32",
-                                         "--trainer.strategy=auto", "--trainer.callbacks=[]",
-                                         f"--trainer.logger.init_args.save_dir={root}"],
+        "smollm-148m (30 x 576, 148M)": [
+            "--config",
+            "configs/experiments/paper.yaml",
+            "--config",
+            "configs/trainer/cpu.yaml",
+            "--data.source=builtin",
+            "--data.tokenizer=builtin",
+            "--data.seq_len=512",
+            "--data.batch_size=1",
+            "--data.num_workers=1",
+            "--data.val_windows=8",
+            "--model.compile=false",
+            "--model.decoder.attention=sdpa",
+            "--model.decoder.dtype=float32",
+            "--trainer.strategy=auto",
+            "--trainer.callbacks=[]",
+            f"--trainer.logger.init_args.save_dir={root}",
+        ],
     }
     for name, extra in shapes.items():
         steps = args.steps if not extra else args.big_steps
         model, trainer, timer = fit(base + extra, steps)
         step, outside = timer.summary(skip=2 if not extra else 1)
         tokens = trainer.datamodule.batch_size * trainer.datamodule.seq_len
-        print(f"{name:<30} {tokens / step:>9,.0f} tokens/s  step {step * 1000:>8.1f} ms  outside training step "
-              f"{outside:.1%}")
+        print(
+            f"{name:<30} {tokens / step:>9,.0f} tokens/s  step {step * 1000:>8.1f} ms  outside training step "
+            f"{outside:.1%}"
+        )
         if extra:
             continue
         grid = {"length_factors": [0.5, 1.0, 2.0, 4.0], "depths": [0.0, 0.5, 1.0]}  # the smoke config's
-        for callback, interval in ((UnderflowMonitor(), 500), (PasskeyEval(**grid), 500), (NeedleEval(**grid), 500),
-                                   (LengthExtrapolation(), 500)):
+        for callback, interval in (
+            (UnderflowMonitor(), 500),
+            (PasskeyEval(**grid), 500),
+            (NeedleEval(**grid), 500),
+            (LengthExtrapolation(), 500),
+        ):
             start = time.perf_counter()
             callback.evaluate(trainer, model)
             seconds = time.perf_counter() - start
-            print(f"  {type(callback).__name__:<20} {seconds:6.2f} s per run = {seconds / (interval * step):.1%} of "
-                  f"training time every {interval} steps")
+            print(
+                f"  {type(callback).__name__:<20} {seconds:6.2f} s per run = {seconds / (interval * step):.1%} of "
+                f"training time every {interval} steps"
+            )
 
 
 if __name__ == "__main__":

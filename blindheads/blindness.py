@@ -19,8 +19,8 @@ bisected on the monotone bias.
 
 from __future__ import annotations
 
-import math
 import copy
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -72,8 +72,10 @@ def log_normaliser(stack: PositionStack, context: int, max_chunks: int = 512) ->
         if (math.log(context) + logits[:, -1] - total < math.log(torch.finfo(torch.float64).eps)).all():
             break
         if chunk + 1 == max_chunks:
-            raise ValueError(f"the materialized normaliser does not converge within {max_chunks * NORMALISER_CHUNK} "
-                             f"keys for this bias; use --softmax fused or a context below {context}")
+            raise ValueError(
+                f"the materialized normaliser does not converge within {max_chunks * NORMALISER_CHUNK} "
+                f"keys for this bias; use --softmax fused or a context below {context}"
+            )
     return total
 
 
@@ -99,8 +101,9 @@ def blind_distances(stack: PositionStack, tau: float | Tensor, search: bool = Fa
     return distances.clamp_max(stack.window()).clamp_min(0)
 
 
-def predicted_blind_distances(stack: PositionStack, context: int, dtype: str | torch.dtype, threshold: str,
-                              softmax: str = "fused") -> Tensor:
+def predicted_blind_distances(
+    stack: PositionStack, context: int, dtype: str | torch.dtype, threshold: str, softmax: str = "fused"
+) -> Tensor:
     """Per head, where the bias alone makes weights exactly zero, for one context, dtype, threshold and softmax."""
     return blind_distances(stack, effective_tau(stack, context, dtype, threshold, softmax))
 

@@ -9,7 +9,28 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-WORDS = "the grass is green sky blue sun yellow river flows past old mill where children learn to read and count".split()
+WORDS = [
+    "the",
+    "grass",
+    "is",
+    "green",
+    "sky",
+    "blue",
+    "sun",
+    "yellow",
+    "river",
+    "flows",
+    "past",
+    "old",
+    "mill",
+    "where",
+    "children",
+    "learn",
+    "to",
+    "read",
+    "and",
+    "count",
+]
 MARKER = re.compile(r"doc (\d{5}) begins")
 
 
@@ -27,11 +48,21 @@ def write_fineweb_parquet(directory: Path, num_files: int, docs_per_file: int, s
         rows = []
         for _ in range(docs_per_file):
             text = document_text(number, rng)
-            rows.append({
-                "text": text, "id": f"<urn:uuid:{number:08d}>", "dump": "CC-MAIN-2024-10", "url": f"https://example.org/{number}",
-                "date": "2024-02-20T00:00:00Z", "file_path": f"s3://commoncrawl/{file}.warc.gz", "language": "en",
-                "language_score": 0.95, "token_count": len(text.split()), "score": 3.2, "int_score": 3,
-            })
+            rows.append(
+                {
+                    "text": text,
+                    "id": f"<urn:uuid:{number:08d}>",
+                    "dump": "CC-MAIN-2024-10",
+                    "url": f"https://example.org/{number}",
+                    "date": "2024-02-20T00:00:00Z",
+                    "file_path": f"s3://commoncrawl/{file}.warc.gz",
+                    "language": "en",
+                    "language_score": 0.95,
+                    "token_count": len(text.split()),
+                    "score": 3.2,
+                    "int_score": 3,
+                }
+            )
             number += 1
         path = directory / f"train-{file:05d}.parquet"
         pq.write_table(pa.Table.from_pylist(rows), path)

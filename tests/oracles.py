@@ -32,8 +32,9 @@ class OracleDecoder(nn.Module):
     def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(*tokens.shape, self.vocab_size)
         for row, sequence in enumerate(tokens.tolist()):
-            answer = self.tokenizer(f" {self._answer(self.tokenizer.decode(sequence))}",
-                                    add_special_tokens=False).input_ids
+            answer = self.tokenizer(
+                f" {self._answer(self.tokenizer.decode(sequence))}", add_special_tokens=False
+            ).input_ids
             start = len(sequence) - len(answer)
             for offset, token in enumerate(answer):
                 out[row, start - 1 + offset, token] = 1.0

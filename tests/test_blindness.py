@@ -58,7 +58,10 @@ def test_measure_tau_rejects_bad_input(bad, message):
     [
         ("alibi([0.5, 0.25])", lambda t: [t / 0.5, t / 0.25]),
         ("alibi([0.5, 0.25])+log_distance", lambda t: [math.expm1(t / 0.5), math.expm1(t / 0.25)]),
-        ("alibi([0.5, 0.25])+soft_cap(100)", lambda t: [100 * math.atanh(t / 100) / 0.5, 100 * math.atanh(t / 100) / 0.25]),
+        (
+            "alibi([0.5, 0.25])+soft_cap(100)",
+            lambda t: [100 * math.atanh(t / 100) / 0.5, 100 * math.atanh(t / 100) / 0.25],
+        ),
         ("alibi([0.5, 0.25])+soft_cap(50)", lambda t: [math.inf, math.inf]),
         ("alibi([0.5, 0.25])+soft_cap(50, where=before)", lambda t: [t / 0.5, t / 0.25]),
         ("alibi([0.5, 0.25])+clamp", lambda t: [math.inf, math.inf]),

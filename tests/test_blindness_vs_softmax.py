@@ -19,13 +19,34 @@ from blindheads.modules.position.clamp import DEFAULT_MARGIN, keeping_floor
 from blindheads.numerics import flushing_subnormals, tau
 
 # fp16's normal threshold cannot be emulated on a CPU: its subnormals come from conversion, not arithmetic
-CASES = [("float64", "normal"), ("float64", "subnormal"), ("float32", "normal"), ("float32", "subnormal"),
-         ("bfloat16", "normal"), ("bfloat16", "subnormal"), ("float16", "subnormal")]
+CASES = [
+    ("float64", "normal"),
+    ("float64", "subnormal"),
+    ("float32", "normal"),
+    ("float32", "subnormal"),
+    ("bfloat16", "normal"),
+    ("bfloat16", "subnormal"),
+    ("float16", "subnormal"),
+]
 PAPER_SPECS = [
-    "alibi", "alibi(steep)", "alibi(safe)", "alibi(wide)", "alibi(robust)", "alibi(mpt)", "alibi(learnable=True)",
-    "alibi+clamp", "alibi+log_distance", "alibi+soft_cap", "alibi+soft_cap(where=before)",
-    "alibi+sliding_window(1024)", "alibi+clamp+log_distance", "alibi(wide)+clamp", "alibi(wide)+clamp+log_distance",
-    "alibi(robust)+clamp", "rope", "nope",
+    "alibi",
+    "alibi(steep)",
+    "alibi(safe)",
+    "alibi(wide)",
+    "alibi(robust)",
+    "alibi(mpt)",
+    "alibi(learnable=True)",
+    "alibi+clamp",
+    "alibi+log_distance",
+    "alibi+soft_cap",
+    "alibi+soft_cap(where=before)",
+    "alibi+sliding_window(1024)",
+    "alibi+clamp+log_distance",
+    "alibi(wide)+clamp",
+    "alibi(wide)+clamp+log_distance",
+    "alibi(robust)+clamp",
+    "rope",
+    "nope",
 ]
 
 

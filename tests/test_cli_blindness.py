@@ -30,8 +30,22 @@ def test_json_output_has_the_documented_keys(capsys):
 
 
 def test_threshold_and_bias_change_the_answer(capsys):
-    main(["blindness", "--heads", "4", "--context", "512", "--dtype", "float16", "--threshold", "subnormal",
-          "--bias", "alibi(wide)+clamp", "--json"])
+    main(
+        [
+            "blindness",
+            "--heads",
+            "4",
+            "--context",
+            "512",
+            "--dtype",
+            "float16",
+            "--threshold",
+            "subnormal",
+            "--bias",
+            "alibi(wide)+clamp",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["tau"] == pytest.approx(tau("float16", "subnormal"))
     assert report["underflow_last_query"] == 0.0 and all(math.isinf(h["blind_distance"]) for h in report["heads"])
@@ -39,8 +53,24 @@ def test_threshold_and_bias_change_the_answer(capsys):
     stack = build_position("alibi(wide)+clamp", 4, 512, "float16", "subnormal")
     assert (torch.softmax(stack.dense_bias(1, 512, "cpu")[:, 0].half(), dim=-1) == 0).sum() == 0
     # without the clamp the same heads go blind, in the calculator and in the softmax alike
-    main(["blindness", "--heads", "4", "--context", "512", "--dtype", "float16", "--threshold", "subnormal",
-          "--bias", "alibi(wide)", "--softmax", "materialized", "--json"])
+    main(
+        [
+            "blindness",
+            "--heads",
+            "4",
+            "--context",
+            "512",
+            "--dtype",
+            "float16",
+            "--threshold",
+            "subnormal",
+            "--bias",
+            "alibi(wide)",
+            "--softmax",
+            "materialized",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     stack = build_position("alibi(wide)", 4, 512, "float16", "subnormal")
     zeros = (torch.softmax(stack.dense_bias(1, 512, "cpu")[:, 0].half(), dim=-1) == 0).sum(-1)
@@ -87,8 +117,10 @@ def test_table_through_the_entry_point():
         (["--heads", "4", "--context", "0"], "--context must be between 1 and 1099511627776 tokens, got 0"),
         (["--heads", "4", "--context", "-5"], "--context must be between 1"),
         (["--heads", "2", "--bias", "alibi([1e999, 0.5])"], "ALiBi slopes must be positive and finite, got [inf, 0.5]"),
-        (["--heads", "2", "--bias", "alibi+log_distance", "--context", "1000000000000", "--softmax", "materialized"],
-         "the materialized normaliser does not converge"),
+        (
+            ["--heads", "2", "--bias", "alibi+log_distance", "--context", "1000000000000", "--softmax", "materialized"],
+            "the materialized normaliser does not converge",
+        ),
         (["--context", "10"], "give --heads"),
         (["--config", "/no/such.yaml"], "does not exist"),
     ],

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,8 +17,16 @@ from blindheads.datamodules.windows import TokenWindows, collate_windows
 
 
 def make_datamodule(cache_dir, files=None, **kwargs):
-    options = dict(source="files" if files else "builtin", files=files, tokenizer="builtin", seq_len=32,
-                   batch_size=4, num_workers=0, val_windows=4, cache_dir=str(cache_dir))
+    options = {
+        "source": "files" if files else "builtin",
+        "files": files,
+        "tokenizer": "builtin",
+        "seq_len": 32,
+        "batch_size": 4,
+        "num_workers": 0,
+        "val_windows": 4,
+        "cache_dir": str(cache_dir),
+    }
     dm = FineWebEdu(**{**options, **kwargs})
     dm.prepare_data()
     dm.setup("fit")
@@ -53,8 +61,13 @@ def test_builtin_source_is_deterministic_and_holds_out_a_file(cache_dir):
 def stream_token_lists(dm, rank, world, num_workers):
     """Each stream's whole token sequence for one pass (windows overlap by one token)."""
     windows = TokenWindows(
-        stream_documents(dm.files.train, dm.files.format, "text"), dm.tokenizer.backend_tokenizer,
-        dm.tokenizer.eos_token_id, dm.seq_len, rank=rank, world_size=world, repeat=False,
+        stream_documents(dm.files.train, dm.files.format, "text"),
+        dm.tokenizer.backend_tokenizer,
+        dm.tokenizer.eos_token_id,
+        dm.seq_len,
+        rank=rank,
+        world_size=world,
+        repeat=False,
     )
     loader = DataLoader(windows, batch_size=1, num_workers=num_workers, collate_fn=collate_windows)
     streams: dict[int, list[int]] = {}
@@ -68,7 +81,9 @@ def stream_token_lists(dm, rank, world, num_workers):
 
 @pytest.mark.parametrize("num_files", [9, 3], ids=["files-per-stream", "fewer-files-than-streams"])
 def test_two_ranks_two_workers_cover_every_document_once(cache_dir, tmp_path, num_files):
-    files = [str(p) for p in write_fineweb_parquet(tmp_path / "f", num_files=num_files, docs_per_file=120 // (num_files - 1))]
+    files = [
+        str(p) for p in write_fineweb_parquet(tmp_path / "f", num_files=num_files, docs_per_file=120 // (num_files - 1))
+    ]
     dm = make_datamodule(cache_dir, files, seq_len=8)
     seen = Counter()
     for rank in range(2):
@@ -89,7 +104,7 @@ def test_packing_keeps_every_token(cache_dir, parquet_files):
     texts = [row["text"] for row in stream_documents(dm.files.train, "parquet", "text")]
     expected = []
     for text in texts:
-        expected += dm.tokenizer(text, add_special_tokens=False).input_ids + [dm.tokenizer.eos_token_id]
+        expected += [*dm.tokenizer(text, add_special_tokens=False).input_ids, dm.tokenizer.eos_token_id]
     tail = (len(expected) - 1) % 16
     assert tokens == expected[: len(expected) - tail], "the stream is the documents, EOS-separated, minus a short tail"
     assert tail < 16
@@ -129,12 +144,17 @@ def test_validation_never_overlaps_training(cache_dir, parquet_files):
     (train_tokens,) = stream_token_lists(dm, 0, 1, 0).values()
     training = MARKER.findall(dm.tokenizer.decode(train_tokens))
     assert validation and not set(validation) & set(training)
-    assert torch.equal(dm.validation_windows(), make_datamodule(cache_dir, parquet_files, val_windows=8, seq_len=16).validation_windows())
+    assert torch.equal(
+        dm.validation_windows(),
+        make_datamodule(cache_dir, parquet_files, val_windows=8, seq_len=16).validation_windows(),
+    )
 
 
 def test_jsonl_and_txt_sources_use_the_same_path(cache_dir, tmp_path):
     for i in range(2):
-        (tmp_path / f"d{i}.jsonl").write_text("\n".join(f'{{"text": "doc {i}{j:04d} begins. the sky is blue."}}' for j in range(200)))
+        (tmp_path / f"d{i}.jsonl").write_text(
+            "\n".join(f'{{"text": "doc {i}{j:04d} begins. the sky is blue."}}' for j in range(200))
+        )
         (tmp_path / f"d{i}.txt").write_text(" ".join(["the river flows past the old mill."] * 400))
     for pattern in ("*.jsonl", "*.txt"):
         dm = make_datamodule(cache_dir, [str(tmp_path / pattern)], seq_len=16)
@@ -144,11 +164,19 @@ def test_jsonl_and_txt_sources_use_the_same_path(cache_dir, tmp_path):
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        ({"source": "files", "files": ["/no/such/*.parquet"]}, FileNotFoundError, "no files match '/no/such/\\*.parquet'"),
+        (
+            {"source": "files", "files": ["/no/such/*.parquet"]},
+            FileNotFoundError,
+            "no files match '/no/such/\\*.parquet'",
+        ),
         ({"source": "files", "files": []}, ValueError, "needs at least one path"),
         ({"source": "ftp"}, ValueError, "valid: hub, files, builtin"),
         ({"seq_len": 0}, ValueError, "seq_len must be >= 1"),
-        ({"text_column": "content"}, ValueError, "train-00000.parquet: text column 'content' not found; columns: \\['text', 'id', 'dump'"),
+        (
+            {"text_column": "content"},
+            ValueError,
+            "train-00000.parquet: text column 'content' not found; columns: \\['text', 'id', 'dump'",
+        ),
         ({"tokenizer": "/no/such/tokenizer"}, ValueError, "cannot load tokenizer '/no/such/tokenizer'"),
     ],
 )
@@ -175,8 +203,9 @@ def test_an_empty_source_is_an_error_not_a_silent_epoch(cache_dir, tmp_path):
     for i in range(2):
         pq.write_table(pa.table({"text": ["only one document"]}), tmp_path / f"one-{i}.parquet")
     dm = make_datamodule(cache_dir, [str(tmp_path / "one-*.parquet")])
-    windows = TokenWindows(dm._documents["train"], dm.tokenizer.backend_tokenizer, dm.tokenizer.eos_token_id, 8,
-                           rank=1, world_size=2)  # one training document, two ranks: rank 1 has none
+    windows = TokenWindows(
+        dm._documents["train"], dm.tokenizer.backend_tokenizer, dm.tokenizer.eos_token_id, 8, rank=1, world_size=2
+    )  # one training document, two ranks: rank 1 has none
     with pytest.raises(ValueError, match="got no documents"):
         next(iter(windows))
 
@@ -217,7 +246,7 @@ def test_resume_refuses_changed_data_and_names_the_change(cache_dir, tmp_path, c
     kwargs = {}
     if change == "insert":
         (extra,) = write_fineweb_parquet(tmp_path / "x", num_files=1, docs_per_file=5, seed=3)
-        files = files[:4] + [str(extra.rename(tmp_path / "d" / "extra.parquet"))] + files[4:]
+        files = [*files[:4], str(extra.rename(tmp_path / "d" / "extra.parquet")), *files[4:]]
     elif change == "remove":
         files = files[:3] + files[4:]
     elif change == "truncate":  # the current file rewritten with half its documents
@@ -225,7 +254,7 @@ def test_resume_refuses_changed_data_and_names_the_change(cache_dir, tmp_path, c
         shorter.replace(files[0])
     elif change == "append":
         (extra,) = write_fineweb_parquet(tmp_path / "x", num_files=1, docs_per_file=5, seed=3)
-        files = files + [str(extra.rename(tmp_path / "d" / "zz-extra.parquet"))]
+        files = [*files, str(extra.rename(tmp_path / "d" / "zz-extra.parquet"))]
     else:
         kwargs["shuffle_files_seed"] = 7
     with pytest.raises(ValueError, match="the data changed since the checkpoint") as error:
@@ -258,13 +287,15 @@ def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
         pq.write_table(pa.table({"text": ["fine", None, "fine"]}), path)
         return str(path), "z.parquet: 1 documents without text .* rows 0..2"
     path = directory / "z.jsonl"
-    path.write_bytes({
-        "empty jsonl": b"",
-        "integer jsonl": b'{"text": "fine"}\n\n{"text": 5}\n',
-        "missing jsonl": b'{"text": "fine"}\n{"body": "x"}\n',
-        "bad utf-8 jsonl": b'{"text": "fine"}\n{"text": "bad \xff"}\n',
-        "bad json": b'{"text": "fine"}\n{"text": \n',
-    }[kind])
+    path.write_bytes(
+        {
+            "empty jsonl": b"",
+            "integer jsonl": b'{"text": "fine"}\n\n{"text": 5}\n',
+            "missing jsonl": b'{"text": "fine"}\n{"body": "x"}\n',
+            "bad utf-8 jsonl": b'{"text": "fine"}\n{"text": "bad \xff"}\n',
+            "bad json": b'{"text": "fine"}\n{"text": \n',
+        }[kind]
+    )
     return str(path), {
         "empty jsonl": "z.jsonl: holds no documents",
         "integer jsonl": "z.jsonl: line 3 has 'text': int 5, expected a string",
@@ -274,8 +305,10 @@ def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
     }[kind]
 
 
-@pytest.mark.parametrize("kind", ["integer parquet", "null parquet", "empty jsonl", "integer jsonl", "missing jsonl",
-                                  "bad utf-8 jsonl", "bad json"])
+@pytest.mark.parametrize(
+    "kind",
+    ["integer parquet", "null parquet", "empty jsonl", "integer jsonl", "missing jsonl", "bad utf-8 jsonl", "bad json"],
+)
 def test_a_bad_later_file_is_named_before_training_reads_it(cache_dir, tmp_path, kind):
     """datasets would cast integers to strings, end an empty file silently, or raise naming no file."""
     good = tmp_path / "a.jsonl" if "json" in kind else write_fineweb_parquet(tmp_path, 1, 5)[0]

@@ -35,15 +35,26 @@ def test_rope_decoder_equals_transformers_llama(attention):
     config = DecoderConfig.from_preset("tiny", position="rope(10000.0)", attention=attention, tie_embeddings=True)
     ours = Decoder(config).eval()
     hf_config = LlamaConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.mlp_size,
-        num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
-        num_key_value_heads=config.num_kv_heads, rms_norm_eps=config.norm_eps, rope_theta=10000.0,
-        tie_word_embeddings=True, max_position_embeddings=config.context_length, attention_bias=False,
-        mlp_bias=False, attn_implementation="eager",
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.mlp_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        rms_norm_eps=config.norm_eps,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        max_position_embeddings=config.context_length,
+        attention_bias=False,
+        mlp_bias=False,
+        attn_implementation="eager",
     )
     hf = LlamaForCausalLM(hf_config).eval()
-    state = {"model.embed_tokens.weight": ours.embed.weight, "model.norm.weight": ours.norm.weight,
-             "lm_head.weight": ours.lm_head.weight}
+    state = {
+        "model.embed_tokens.weight": ours.embed.weight,
+        "model.norm.weight": ours.norm.weight,
+        "lm_head.weight": ours.lm_head.weight,
+    }
     for i, block in enumerate(ours.blocks):
         prefix = f"model.layers.{i}."
         state[prefix + "input_layernorm.weight"] = block.attn_norm.weight
@@ -142,8 +153,10 @@ def test_a_class_path_imports_only_modules_named_on_purpose(tmp_path, monkeypatc
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = [{"class_path": "blindheads_test_payload.Custom"}]
-    with pytest.raises(ValueError, match="module 'blindheads_test_payload' is not imported and not named in "
-                                         "BLINDHEADS_POSITION_MODULES"):
+    with pytest.raises(
+        ValueError,
+        match="module 'blindheads_test_payload' is not imported and not named in BLINDHEADS_POSITION_MODULES",
+    ):
         Decoder(DecoderConfig.from_preset("tiny", position=spec))
     assert not (tmp_path / "imported").exists(), "refused before importing"
     monkeypatch.setenv("BLINDHEADS_POSITION_MODULES", "some.other, blindheads_test_payload")

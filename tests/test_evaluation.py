@@ -78,13 +78,16 @@ def test_prompts_are_identical_across_calls_and_processes(cache_dir):
     here = prompt_digest(cache_dir)
     assert here == prompt_digest(cache_dir)
     code = f"import sys; sys.path.insert(0, 'tests'); from test_evaluation import prompt_digest; print(prompt_digest({str(cache_dir)!r}))"
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": "123", "PATH": ""})
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": "123", "PATH": ""}
+    )
     assert other.stdout.strip() == here, other.stderr[-2000:]
 
 
 def test_oracle_scores_one_and_an_untrained_model_near_zero(tokenizer, haystack):
     samples = passkey_samples(tokenizer, [96, 192], [0.0, 0.5, 1.0], 2) + needle_samples(
-        tokenizer, haystack, [192, 320], [0.0, 0.5, 1.0], 2, distractors=2)
+        tokenizer, haystack, [192, 320], [0.0, 0.5, 1.0], 2, distractors=2
+    )
     oracle = score_samples(OracleDecoder(tokenizer, len(tokenizer)), tokenizer, samples)
     assert all(s.exact for s in oracle) and all(s.digits == 1.0 for s in oracle)
     untrained = Decoder(DecoderConfig.from_preset("tiny", vocab_size=len(tokenizer), context_length=256)).eval()
@@ -116,8 +119,15 @@ class ProbeData(L.LightningDataModule):
 
     def __init__(self, cache_dir, seq_len):
         super().__init__()
-        self.inner = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=seq_len, cache_dir=str(cache_dir),
-                                num_workers=0, val_windows=2, batch_size=2)
+        self.inner = FineWebEdu(
+            source="builtin",
+            tokenizer="builtin",
+            seq_len=seq_len,
+            cache_dir=str(cache_dir),
+            num_workers=0,
+            val_windows=2,
+            batch_size=2,
+        )
         self.inner.prepare_data()
         self.seq_len, self.tokenizer = seq_len, self.inner.tokenizer
 
@@ -131,22 +141,27 @@ class ProbeData(L.LightningDataModule):
 def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorboard(cache_dir, tmp_path):
     """With q = 0 every head is bias-dominated: the probe's first all-zero distance is the predicted one."""
     position = "alibi(blind_distances=[20.5, 30.5, 40.5, 60.5], dtype=float32)"
-    config = DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": position, "dtype": "float32",
-                              "vocab_size": 4096})
+    config = DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": position, "dtype": "float32", "vocab_size": 4096})
     model = DecoderLM(config)
     for block in model.decoder.blocks:
         torch.nn.init.zeros_(block.attn.q_proj.weight)
     monitor = UnderflowMonitor(every_n_steps=None, length_factors=[1.0, 2.0])
-    trainer = L.Trainer(accelerator="cpu", logger=L.pytorch.loggers.TensorBoardLogger(tmp_path, name="probe"),
-                        callbacks=[monitor], enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=L.pytorch.loggers.TensorBoardLogger(tmp_path, name="probe"),
+        callbacks=[monitor],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     with flushing_subnormals():
         trainer.test(model, datamodule=ProbeData(cache_dir, 128))
     predicted = first_blind_token(blind_distances(model.decoder.position, tau("float32", "normal")))
     for layer in monitor.statistics[256]:
         torch.testing.assert_close(layer.blind_distance, predicted)
         assert (layer.zero_share > 0).all()
-    materialized = blind_distances(model.decoder.position, effective_tau(model.decoder.position, 256, "float32",
-                                                                          "normal", "materialized"))
+    materialized = blind_distances(
+        model.decoder.position, effective_tau(model.decoder.position, 256, "float32", "normal", "materialized")
+    )
     torch.testing.assert_close(monitor.statistics[256][1].blind_distance, first_blind_token(materialized))
     for layer in monitor.gradient:  # zero weight -> zero gradient, by algebra; gradients vanish no later than weights
         assert (layer.zero_given_zero_weight == 1).all()
@@ -161,19 +176,30 @@ def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorb
     logged = accumulator.Scalars("test/blind_distance/layer1/head3")[0].value
     assert logged == predicted[3].item()
     assert accumulator.Scalars("test/blind_distance_predicted/materialized/head3")[0].value == pytest.approx(
-        materialized[3].item())
+        materialized[3].item()
+    )
     assert accumulator.Scalars("test/grad_zero_given_zero_weight/layer1/head2")[0].value == 1.0
     assert accumulator.Scalars("test/underflow/layer0/head0")[0].value == pytest.approx(
-        monitor.statistics[128][0].zero_share[0].item())
+        monitor.statistics[128][0].zero_share[0].item()
+    )
 
 
 def test_gradient_statistics_against_autograd_by_hand():
     """Subnormals kept: a key at -103 gets 2^-149, the smallest subnormal, as its weight, and its logit gradient
     w_j (g_j - sum w g) rounds to zero. Keys at -110 have zero weight and zero gradient."""
-    logits = torch.tensor([[[[0.0, -math.inf, -math.inf, -math.inf],
-                             [0.0, 0.0, -math.inf, -math.inf],
-                             [-110.0, -103.0, 0.0, -math.inf],
-                             [-110.0, -103.0, -1.0, 0.0]]]], requires_grad=True)
+    logits = torch.tensor(
+        [
+            [
+                [
+                    [0.0, -math.inf, -math.inf, -math.inf],
+                    [0.0, 0.0, -math.inf, -math.inf],
+                    [-110.0, -103.0, 0.0, -math.inf],
+                    [-110.0, -103.0, -1.0, 0.0],
+                ]
+            ]
+        ],
+        requires_grad=True,
+    )
     weights = torch.softmax(logits, dim=-1)
     loss = (weights * torch.tensor([0.1, 0.2, 0.3, 0.4])).sum()
     (grads,) = torch.autograd.grad(loss, logits)
@@ -188,15 +214,15 @@ def test_gradient_statistics_against_autograd_by_hand():
 def slope_gradients(cache_dir, tmp_path, flush: bool):
     """The monitor on a learnable-slope model whose attention is bias only (q = 0), with and without flushing."""
     position = "alibi(blind_distances=[20.5, 30.5, 40.5, 60.5], learnable=True, dtype=float32)"
-    config = DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": position, "dtype": "float32",
-                              "vocab_size": 4096})
+    config = DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": position, "dtype": "float32", "vocab_size": 4096})
     torch.manual_seed(0)
     model = DecoderLM(config)
     for block in model.decoder.blocks:
         torch.nn.init.zeros_(block.attn.q_proj.weight)
     monitor = UnderflowMonitor(every_n_steps=None, length_factors=[1.0])
-    trainer = L.Trainer(accelerator="cpu", logger=False, callbacks=[monitor], enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, callbacks=[monitor], enable_progress_bar=False, enable_model_summary=False
+    )
     data = ProbeData(cache_dir, 128)
     with flushing_subnormals() if flush else contextlib.nullcontext():
         log_slopes = model.decoder.position.components[0].log_slopes

@@ -57,9 +57,16 @@ def test_export_of_a_trained_run_includes_its_tokenizer(cache_dir, tmp_path):
     assert config["model_type"] == "blindheads" and config["auto_map"]["AutoModelForCausalLM"]
     assert "load it with: import blindheads.export.hf" in result.stdout
     prompted = subprocess.run(  # stdin closed: a [y/N] prompt would fail the load
-        [sys.executable, "-c", "import blindheads.export.hf\nfrom transformers import AutoTokenizer\n"
-         f"AutoTokenizer.from_pretrained({str(tmp_path / 'hf')!r})"], stdin=subprocess.DEVNULL, capture_output=True,
-        text=True)
+        [
+            sys.executable,
+            "-c",
+            "import blindheads.export.hf\nfrom transformers import AutoTokenizer\n"
+            f"AutoTokenizer.from_pretrained({str(tmp_path / 'hf')!r})",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
     assert prompted.returncode == 0 and "[y/N]" not in prompted.stdout + prompted.stderr, prompted.stderr[-2000:]
     from transformers import AutoTokenizer
 
@@ -106,7 +113,7 @@ def test_adapter_loglikelihoods_equal_a_direct_forward_pass(adapter):
 def test_adapter_rolling_loglikelihood_sums_every_token(adapter):
     text = " ".join(["The river flows past the old mill."] * 40)  # longer than max_length: several windows
     (total,) = adapter.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
-    tokens = [adapter.eot_token_id] + adapter.tok_encode(text)
+    tokens = [adapter.eot_token_id, *adapter.tok_encode(text)]
     length = adapter.max_length
     assert len(tokens) > 2 * length
     expected = 0.0
@@ -119,7 +126,9 @@ def test_adapter_rolling_loglikelihood_sums_every_token(adapter):
 
 
 def test_adapter_greedy_generation_stops_at_until(adapter):
-    (text,) = adapter.generate_until([Instance("generate_until", {}, ("The sky", {"until": ["\n"], "max_gen_toks": 6}), 0)])
+    (text,) = adapter.generate_until(
+        [Instance("generate_until", {}, ("The sky", {"until": ["\n"], "max_gen_toks": 6}), 0)]
+    )
     tokens = adapter.tok_encode("The sky")
     expected = ""
     for _ in range(6):
@@ -130,15 +139,17 @@ def test_adapter_greedy_generation_stops_at_until(adapter):
 
 
 def write_local_task(directory: Path) -> Path:
-    rows = [{"question": "The sky is", "choices": [" blue.", " green."], "label": 0},
-            {"question": "The grass is", "choices": [" green.", " loud."], "label": 0},
-            {"question": "There and back", "choices": [" again.", " purple."], "label": 0}]
+    rows = [
+        {"question": "The sky is", "choices": [" blue.", " green."], "label": 0},
+        {"question": "The grass is", "choices": [" green.", " loud."], "label": 0},
+        {"question": "There and back", "choices": [" again.", " purple."], "label": 0},
+    ]
     (directory / "tiny.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     (directory / "tiny.yaml").write_text(f"""task: tiny_choice
 dataset_path: json
 dataset_kwargs:
   data_files:
-    test: {directory / 'tiny.jsonl'}
+    test: {directory / "tiny.jsonl"}
 test_split: test
 output_type: multiple_choice
 doc_to_text: "{{{{question}}}}"
@@ -155,8 +166,9 @@ def test_a_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, tmp_pat
     results = simple_evaluate(model=adapter, tasks=["tiny_choice"], task_manager=manager, bootstrap_iters=0)
     accuracy = results["results"]["tiny_choice"]["acc,none"]
     rows = [json.loads(line) for line in (tmp_path / "tiny.jsonl").read_text().splitlines()]
-    correct = [max(range(2), key=lambda c: direct_logprob(adapter, r["question"], r["choices"][c])) == r["label"]
-               for r in rows]
+    correct = [
+        max(range(2), key=lambda c: direct_logprob(adapter, r["question"], r["choices"][c])) == r["label"] for r in rows
+    ]
     assert accuracy == pytest.approx(sum(correct) / len(rows))
 
 
@@ -164,9 +176,17 @@ def test_test_command_includes_lm_eval_in_the_results(cache_dir, tmp_path):
     tasks = write_local_task(tmp_path)
     run = {"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
     assert run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **run)]).returncode == 0
-    result = run_cli(["test", *tiny_run_args(tmp_path, cache_dir, **run), "--ckpt_path", "last",
-                      "--trainer.callbacks+=blindheads.callbacks.lm_eval.LMEvalHarness",
-                      "--trainer.callbacks.tasks=[tiny_choice]", f"--trainer.callbacks.include_path={tasks}"])
+    result = run_cli(
+        [
+            "test",
+            *tiny_run_args(tmp_path, cache_dir, **run),
+            "--ckpt_path",
+            "last",
+            "--trainer.callbacks+=blindheads.callbacks.lm_eval.LMEvalHarness",
+            "--trainer.callbacks.tasks=[tiny_choice]",
+            f"--trainer.callbacks.include_path={tasks}",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "alibi/run/results.json").read_text())["metrics"]
     assert 0 <= metrics["test/lm_eval/tiny_choice/acc"] <= 1

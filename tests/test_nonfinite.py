@@ -13,13 +13,27 @@ from blindheads.modules.lm import DecoderLM
 
 
 def fit(cache_dir, tmp_path, callbacks, **decoder):
-    data = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=32, batch_size=4, cache_dir=str(cache_dir),
-                      num_workers=0, val_windows=4)
-    model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa",
-                                       **decoder}))
+    data = FineWebEdu(
+        source="builtin",
+        tokenizer="builtin",
+        seq_len=32,
+        batch_size=4,
+        cache_dir=str(cache_dir),
+        num_workers=0,
+        val_windows=4,
+    )
+    model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa", **decoder}))
     checkpoints = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, save_last=True)
-    trainer = L.Trainer(accelerator="cpu", max_steps=12, logger=False, log_every_n_steps=5, limit_val_batches=0,
-                        callbacks=[*callbacks, checkpoints], enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=12,
+        logger=False,
+        log_every_n_steps=5,
+        limit_val_batches=0,
+        callbacks=[*callbacks, checkpoints],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     with pytest.raises(FloatingPointError) as error:
         trainer.fit(model, datamodule=data)
     return model, str(error.value)

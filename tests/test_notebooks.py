@@ -46,8 +46,12 @@ def test_blindness_theory_notebook(tmp_path):
     alibi_shares = shares.query("setup == 'alibi'")["all_pairs"]
     assert alibi_shares.is_monotonic_increasing and alibi_shares.iloc[-1] > 0.5
     measured = pd.read_csv(tmp_path / "measured_tau.csv").set_index("dtype")
-    assert measured.loc["float32", "measured_eager"] == pytest.approx(measured.loc["float32", "tau_subnormal"], abs=0.01)
-    assert measured.loc["float32", "measured_eager_flushing"] == pytest.approx(measured.loc["float32", "tau_normal"], abs=0.01)
+    assert measured.loc["float32", "measured_eager"] == pytest.approx(
+        measured.loc["float32", "tau_subnormal"], abs=0.01
+    )
+    assert measured.loc["float32", "measured_eager_flushing"] == pytest.approx(
+        measured.loc["float32", "tau_normal"], abs=0.01
+    )
     check = pd.read_csv(tmp_path / "theory_vs_measurement.csv")
     assert len(check) >= 3 and (check["measured_first_zero"] == check["predicted_first_zero"]).all()
 
@@ -65,9 +69,16 @@ def test_published_models_notebook_probes_a_tiny_model_when_given_none(tmp_path,
 def test_training_runs_notebook_compares_experiments(tmp_path, cache_dir):
     runs = tmp_path / "runs"
     for setup in ("alibi", "nope"):
-        args = tiny_run_args(runs, cache_dir, evaluations=True, **{
-            "--model.decoder.position": setup, "--trainer.logger.init_args.name": setup,
-            "--trainer.logger.init_args.version": "run"})
+        args = tiny_run_args(
+            runs,
+            cache_dir,
+            evaluations=True,
+            **{
+                "--model.decoder.position": setup,
+                "--trainer.logger.init_args.name": setup,
+                "--trainer.logger.init_args.version": "run",
+            },
+        )
         result = run_cli(["fit", *args])
         assert result.returncode == 0, result.stderr[-3000:]
     execute("03_training_runs.ipynb", {"runs_dir": str(runs), "output_dir": str(tmp_path / "out")}, tmp_path)
@@ -95,5 +106,8 @@ def test_notebook_paths_are_the_repositorys_wherever_jupyter_starts(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     assert from_repository("runs") == REPO / "runs" and from_repository(tmp_path) == tmp_path
     with pytest.raises(Exception, match=f"no TensorBoard runs under {REPO}/runs/no-such-experiment"):
-        execute("03_training_runs.ipynb", {"runs_dir": "runs/no-such-experiment", "output_dir": str(tmp_path)},
-                REPO / "notebooks")
+        execute(
+            "03_training_runs.ipynb",
+            {"runs_dir": "runs/no-such-experiment", "output_dir": str(tmp_path)},
+            REPO / "notebooks",
+        )

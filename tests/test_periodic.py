@@ -21,14 +21,30 @@ class CountingEvaluation(PeriodicEvaluation):
 @pytest.mark.parametrize("accumulate", [1, 3])
 def test_evaluations_run_once_per_optimizer_step(cache_dir, accumulate):
     """With accumulation, three batches end at each global step: the evaluation must still run once."""
-    data = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=16, batch_size=2, cache_dir=str(cache_dir),
-                      num_workers=0, val_windows=2)
-    model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa"}),
-                      warmup_steps=1)
+    data = FineWebEdu(
+        source="builtin",
+        tokenizer="builtin",
+        seq_len=16,
+        batch_size=2,
+        cache_dir=str(cache_dir),
+        num_workers=0,
+        val_windows=2,
+    )
+    model = DecoderLM(
+        DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa"}), warmup_steps=1
+    )
     counting = CountingEvaluation(every_n_steps=2)
-    trainer = L.Trainer(accelerator="cpu", max_steps=6, accumulate_grad_batches=accumulate, logger=False,
-                        limit_val_batches=0, callbacks=[counting], enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=6,
+        accumulate_grad_batches=accumulate,
+        logger=False,
+        limit_val_batches=0,
+        callbacks=[counting],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(model, datamodule=data)
     assert counting.steps == [2, 4, 6]
 
@@ -37,7 +53,9 @@ def test_importing_the_package_leaves_the_matplotlib_backend_alone():
     import subprocess
     import sys
 
-    code = ("import matplotlib\nmatplotlib.use('svg')\nimport blindheads.callbacks.underflow, blindheads.cli.probe\n"
-            "print(matplotlib.get_backend())")
+    code = (
+        "import matplotlib\nmatplotlib.use('svg')\nimport blindheads.callbacks.underflow, blindheads.cli.probe\n"
+        "print(matplotlib.get_backend())"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "svg", result.stderr[-2000:]

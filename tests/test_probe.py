@@ -12,20 +12,33 @@ from transformers.models.bloom.modeling_bloom import build_alibi_tensor as bloom
 from transformers.models.falcon.modeling_falcon import build_alibi_tensor as falcon_alibi
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
-from blindheads.numerics import measure_tau
 from blindheads.cli.probe import main as probe
 from blindheads.datamodules.tokenizer import load_tokenizer
+from blindheads.numerics import measure_tau
 from blindheads.probes.published import load_published, measure
 from blindheads.probes.score_paths import match_default_attention, score_path
 
 HEADS, HEAD_DIM = 4, 16
 ARCHITECTURES = {
     "bloom": lambda: BloomForCausalLM(BloomConfig(vocab_size=4096, hidden_size=64, n_head=HEADS, n_layer=2)),
-    "falcon": lambda: FalconForCausalLM(FalconConfig(
-        vocab_size=4096, hidden_size=64, num_attention_heads=HEADS, num_hidden_layers=2, alibi=True,
-        new_decoder_architecture=False, multi_query=False, parallel_attn=False, bias=True)),
-    "mpt": lambda: MptForCausalLM(MptConfig(vocab_size=4096, d_model=64, n_heads=HEADS, n_layers=2, max_seq_len=4096,
-                                            attn_config={"alibi_bias_max": 12})),
+    "falcon": lambda: FalconForCausalLM(
+        FalconConfig(
+            vocab_size=4096,
+            hidden_size=64,
+            num_attention_heads=HEADS,
+            num_hidden_layers=2,
+            alibi=True,
+            new_decoder_architecture=False,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+        )
+    ),
+    "mpt": lambda: MptForCausalLM(
+        MptConfig(
+            vocab_size=4096, d_model=64, n_heads=HEADS, n_layers=2, max_seq_len=4096, attn_config={"alibi_bias_max": 12}
+        )
+    ),
 }
 
 
@@ -109,14 +122,15 @@ def test_measured_zero_shares_match_the_prediction_for_a_bias_dominated_model(na
     # Falcon builds ALiBi in bfloat16 (8 significant bits): its bias, so the distance, is off by up to D * 2^-8
     tolerance = 1 + (predicted[blind] * 2**-8 if name == "falcon" else 0)
     assert ((measured[blind] - predicted[blind]).abs() <= tolerance).all(), (measured, predicted)
-    expected_share = ((length - predicted[blind]) * (length - predicted[blind] + 1) / (length * (length + 1)))
+    expected_share = (length - predicted[blind]) * (length - predicted[blind] + 1) / (length * (length + 1))
     torch.testing.assert_close(first.zero_share[blind], expected_share, rtol=0.02, atol=1e-3)
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_probe_command_end_to_end(name, model_dirs, tmp_path):
-    summary = probe(["--model", str(model_dirs / name), "--lengths", "256", "600", "--out", str(tmp_path),
-                     "--retrieval"])
+    summary = probe(
+        ["--model", str(model_dirs / name), "--lengths", "256", "600", "--out", str(tmp_path), "--retrieval"]
+    )
     written = json.loads((tmp_path / "probe.json").read_text())
     assert written["architecture"].startswith(name) and len(written["lengths"]) == 2
     assert len(written["lengths"][1]["zero_share"]) == 2 and len(written["lengths"][1]["zero_share"][0]) == HEADS

@@ -7,9 +7,9 @@ import torch
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
-from blindheads.numerics import tau
 from blindheads.modules.position import ALiBi, build_position
 from blindheads.modules.position.slopes import mpt_slopes, press_slopes, resolve_slopes
+from blindheads.numerics import tau
 
 
 def original_alibi_slopes(n):
@@ -28,7 +28,9 @@ def original_alibi_slopes(n):
 @pytest.mark.parametrize("heads", range(1, 65))
 def test_press_slopes_equal_original_and_bloom(heads):
     ours = press_slopes(heads)
-    torch.testing.assert_close(ours, torch.tensor(original_alibi_slopes(heads), dtype=torch.float64), rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        ours, torch.tensor(original_alibi_slopes(heads), dtype=torch.float64), rtol=1e-12, atol=0
+    )
     bloom = build_alibi_tensor(torch.ones(1, 2), heads, torch.float32)[:, 0, 1]  # key position 1 -> the slope
     torch.testing.assert_close(ours.float(), bloom)
 

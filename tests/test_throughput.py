@@ -41,13 +41,28 @@ class Clock(L.Callback):
 
 
 def test_tokens_per_second_counts_every_token_of_the_batch(cache_dir):
-    data = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=64, batch_size=8, cache_dir=str(cache_dir),
-                      num_workers=0, val_windows=8)
+    data = FineWebEdu(
+        source="builtin",
+        tokenizer="builtin",
+        seq_len=64,
+        batch_size=8,
+        cache_dir=str(cache_dir),
+        num_workers=0,
+        val_windows=8,
+    )
     model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa"}))
     recorder, clock = Recorder(), Clock()
-    trainer = L.Trainer(accelerator="cpu", max_steps=12, logger=recorder, log_every_n_steps=1, limit_val_batches=0,
-                        callbacks=[TokenThroughput(window_size=4), clock], enable_progress_bar=False,
-                        enable_checkpointing=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=12,
+        logger=recorder,
+        log_every_n_steps=1,
+        limit_val_batches=0,
+        callbacks=[TokenThroughput(window_size=4), clock],
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
     trainer.fit(model, datamodule=data)
     lengths = recorder.metrics["train/lengths"]
     last = max(lengths)

@@ -34,11 +34,32 @@ def test_lr_schedules():
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_parses_and_builds_its_model(config, cache_dir, tmp_path):
     """Each config composed the way the README does, then shrunk to the tiny size and the offline data."""
-    base = [] if config in ("configs/smoke.yaml", "configs/experiments/paper.yaml") else ["--config", "configs/smoke.yaml"]
-    args = [*base, "--config", config, "--config", "configs/size/tiny.yaml", "--config", "configs/trainer/cpu.yaml",
-            "--data.source", "builtin", "--data.tokenizer", "builtin", "--data.cache_dir", str(cache_dir),
-            "--model.decoder.attention", "sdpa", "--model.compile", "false", "--trainer.strategy", "auto",
-            "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    base = (
+        [] if config in ("configs/smoke.yaml", "configs/experiments/paper.yaml") else ["--config", "configs/smoke.yaml"]
+    )
+    args = [
+        *base,
+        "--config",
+        config,
+        "--config",
+        "configs/size/tiny.yaml",
+        "--config",
+        "configs/trainer/cpu.yaml",
+        "--data.source",
+        "builtin",
+        "--data.tokenizer",
+        "builtin",
+        "--data.cache_dir",
+        str(cache_dir),
+        "--model.decoder.attention",
+        "sdpa",
+        "--model.compile",
+        "false",
+        "--trainer.strategy",
+        "auto",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path),
+    ]
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
         cli = build_cli(args, run=False)
@@ -72,18 +93,24 @@ def test_smoke_fit_then_test_through_the_cli(cache_dir, tmp_path):
         assert metrics[f"test/{task}/samples_in_domain"] == 0 and metrics[f"test/{task}/samples_out_of_domain"] == 12
         cells = json.loads((run_dir / f"{task}.json").read_text())["cells"]
         assert len(cells) == 4 and {c["in_domain"] for c in cells} == {False}  # 128 and 192 > 64
-    assert {"test/extrapolation/2x/bucket1", "test/underflow/mean_4x",
-            "test/grad_zero_given_nonzero_weight/layer0/head0", "test/blind_distance_predicted/fused/head0"} <= set(metrics)
+    assert {
+        "test/extrapolation/2x/bucket1",
+        "test/underflow/mean_4x",
+        "test/grad_zero_given_nonzero_weight/layer0/head0",
+        "test/blind_distance_predicted/fused/head0",
+    } <= set(metrics)
 
 
 def kill_and_resume(tmp_path, cache_dir, extra: dict) -> tuple[dict, dict]:
     """Train 20 steps straight; then train, SIGKILL after step 13 (checkpoint at 10), resume from last."""
     straight = run_cli(["fit", *tiny_run_args(tmp_path / "straight", cache_dir, **extra)])
     assert straight.returncode == 0, straight.stderr[-3000:]
-    interrupted_args = tiny_run_args(tmp_path / "resumed", cache_dir, **extra,
-                                     **{"--trainer.logger.init_args.version": "run"})
-    killed = run_cli(["fit", *interrupted_args, "--trainer.callbacks+=helpers.KillAtStep",
-                      "--trainer.callbacks.step=13"])
+    interrupted_args = tiny_run_args(
+        tmp_path / "resumed", cache_dir, **extra, **{"--trainer.logger.init_args.version": "run"}
+    )
+    killed = run_cli(
+        ["fit", *interrupted_args, "--trainer.callbacks+=helpers.KillAtStep", "--trainer.callbacks.step=13"]
+    )
     assert killed.returncode != 0
     resumed = run_cli(["fit", *interrupted_args, "--ckpt_path", "last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -110,11 +137,19 @@ def test_ddp_resume_after_sigkill_equals_the_uninterrupted_run(cache_dir, tmp_pa
 @pytest.mark.slow
 def test_ranks_stop_within_seconds_when_rank_zero_is_killed(cache_dir, tmp_path):
     """Without the watchdog, rank 1 sits in a collective until gloo's 30-minute timeout."""
-    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.strategy": "ddp", "--trainer.devices": "2",
-                                                 "--trainer.max_steps": "100000"})
+    args = tiny_run_args(
+        tmp_path, cache_dir, **{"--trainer.strategy": "ddp", "--trainer.devices": "2", "--trainer.max_steps": "100000"}
+    )
     env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, "-m", "blindheads", "fit", *args, "--trainer.callbacks+=helpers.KillRankZeroAtStep",
-               "--trainer.callbacks.step=3"]
+    command = [
+        sys.executable,
+        "-m",
+        "blindheads",
+        "fit",
+        *args,
+        "--trainer.callbacks+=helpers.KillRankZeroAtStep",
+        "--trainer.callbacks.step=3",
+    ]
     with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as rank0:
         try:
             _, stderr = rank0.communicate(timeout=300)  # the pipe closes when rank 1, which shares it, exits too
@@ -127,8 +162,11 @@ def test_ranks_stop_within_seconds_when_rank_zero_is_killed(cache_dir, tmp_path)
 
 @pytest.mark.slow
 def test_two_process_ddp_fit(cache_dir, tmp_path):
-    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.strategy": "ddp", "--trainer.devices": "2",
-                                                 "--trainer.logger.init_args.version": "run"})
+    args = tiny_run_args(
+        tmp_path,
+        cache_dir,
+        **{"--trainer.strategy": "ddp", "--trainer.devices": "2", "--trainer.logger.init_args.version": "run"},
+    )
     result = run_cli(["fit", *args])
     assert result.returncode == 0, result.stderr[-3000:]
     assert scalars(tmp_path / "alibi" / "run", "train/tokens")[19] == 20 * 4 * 64 * 2
@@ -174,8 +212,13 @@ def test_two_process_evaluation_equals_single_process(cache_dir, tmp_path):
     checkpoint = str(tmp_path / "alibi/run/checkpoints/last.ckpt")
     metrics = {}
     for devices in ("1", "2"):
-        args = tiny_run_args(tmp_path / f"test{devices}", cache_dir, evaluations=True, **run,
-                             **{"--trainer.devices": devices, "--trainer.strategy": "ddp" if devices == "2" else "auto"})
+        args = tiny_run_args(
+            tmp_path / f"test{devices}",
+            cache_dir,
+            evaluations=True,
+            **run,
+            **{"--trainer.devices": devices, "--trainer.strategy": "ddp" if devices == "2" else "auto"},
+        )
         result = run_cli(["test", *args, "--ckpt_path", checkpoint])
         assert result.returncode == 0, result.stderr[-3000:]
         metrics[devices] = json.loads((tmp_path / f"test{devices}/alibi/run/results.json").read_text())["metrics"]
@@ -190,7 +233,9 @@ def test_compiled_blocks_train_like_eager_ones(cache_dir, tmp_path):
     """``model.compile: true`` compiles each block (inductor, on CPU here) and trains to the same losses."""
     losses = {}
     for compiled in ("false", "true"):
-        args = tiny_run_args(tmp_path / compiled, cache_dir, **{"--model.compile": compiled, "--trainer.max_steps": "4"})
+        args = tiny_run_args(
+            tmp_path / compiled, cache_dir, **{"--model.compile": compiled, "--trainer.max_steps": "4"}
+        )
         result = run_cli(["fit", *args])
         assert result.returncode == 0, result.stderr[-3000:]
         losses[compiled] = scalars(tmp_path / compiled, "train/loss")
@@ -200,15 +245,29 @@ def test_compiled_blocks_train_like_eager_ones(cache_dir, tmp_path):
 
 
 def test_configs_compose_left_to_right_and_print():
-    result = run_cli(["fit", "--config", str(REPO / "configs/smoke.yaml"), "--config",
-                      str(REPO / "configs/model/wide_clamp.yaml"), "--print_config"])
+    result = run_cli(
+        [
+            "fit",
+            "--config",
+            str(REPO / "configs/smoke.yaml"),
+            "--config",
+            str(REPO / "configs/model/wide_clamp.yaml"),
+            "--print_config",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "position: alibi(wide)+clamp" in result.stdout and "name: wide_clamp" in result.stdout
     assert "hidden_size: 128" in result.stdout, "the earlier file's fields survive the later one"
 
 
-@pytest.mark.parametrize("content, reason", [(b"", "empty or truncated"), (b"\x00garbage" * 100, "not a PyTorch checkpoint file"),
-                                             (None, "no Lightning checkpoint inside")])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"", "empty or truncated"),
+        (b"\x00garbage" * 100, "not a PyTorch checkpoint file"),
+        (None, "no Lightning checkpoint inside"),
+    ],
+)
 def test_a_file_that_is_no_checkpoint_fails_in_one_line(cache_dir, tmp_path, content, reason):
     path = tmp_path / "bad.ckpt"
     if content is None:
@@ -227,8 +286,9 @@ def test_checkpoint_debris_of_dead_runs_is_removed(cache_dir, tmp_path):
     dead, alive = checkpoints / ".last.ckpt.partial-999999999", checkpoints / f".last.ckpt.partial-{os.getpid()}"
     dead.write_bytes(b"half")
     alive.write_bytes(b"still writing")
-    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run",
-                                                 "--trainer.max_steps": "5"})
+    args = tiny_run_args(
+        tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
+    )
     result = run_cli(["fit", *args])
     assert result.returncode == 0, result.stderr[-2000:]
     assert not dead.exists() and alive.exists()
@@ -254,8 +314,9 @@ def test_a_run_directory_held_by_a_live_run_is_refused_and_a_stale_lock_taken_ov
     run.mkdir(parents=True)
     lock = run / ".blindheads.lock"
     lock.write_text(str(os.getpid()))  # this test process: alive
-    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run",
-                                                 "--trainer.max_steps": "5"})
+    args = tiny_run_args(
+        tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
+    )
     refused = run_cli(["fit", *args])
     assert refused.returncode != 0
     assert f"run directory {run} is in use by a live run (pid {os.getpid()})" in refused.stderr
@@ -270,17 +331,31 @@ def test_a_run_directory_held_by_a_live_run_is_refused_and_a_stale_lock_taken_ov
 def test_checkpoint_options_are_named_and_evaluations_logged_at_the_checkpoint_step(cache_dir, tmp_path):
     """LightningCLI replaces model options with the checkpoint's: a typed one is refused, one from a config file
     is named in the log, and config.yaml records what was used; validate logs at the checkpoint's step."""
-    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"})
+    args = tiny_run_args(
+        tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
+    )
     assert run_cli(["fit", *args]).returncode == 0
     checkpoint = str(tmp_path / "alibi/run/checkpoints/last.ckpt")
     for command, typed in (("fit", ["--model.lr", "1e-4"]), ("test", ["--model.decoder.hidden_size", "128"])):
         refused = run_cli([command, *args, *typed, "--ckpt_path", checkpoint, "--trainer.max_steps", "6"])
         assert refused.returncode != 0
-        given = {"fit": "model.lr: 0.0001 given, the checkpoint's 0.003 used",
-                 "test": "model.decoder.hidden_size: 128 given, the checkpoint's 64 used"}[command]
+        given = {
+            "fit": "model.lr: 0.0001 given, the checkpoint's 0.003 used",
+            "test": "model.decoder.hidden_size: 128 given, the checkpoint's 64 used",
+        }[command]
         assert given in refused.stderr, refused.stderr[-2000:]
-    validated = run_cli(["validate", *args, "--config", str(REPO / "configs/model/wide.yaml"), "--ckpt_path",
-                         checkpoint, "--trainer.logger.init_args.version", "validated"])
+    validated = run_cli(
+        [
+            "validate",
+            *args,
+            "--config",
+            str(REPO / "configs/model/wide.yaml"),
+            "--ckpt_path",
+            checkpoint,
+            "--trainer.logger.init_args.version",
+            "validated",
+        ]
+    )
     assert validated.returncode == 0, validated.stderr[-2000:]
     assert "model.decoder.position: 'alibi(wide)' given, the checkpoint's 'alibi' used" in validated.stderr
     assert "position: alibi\n" in (tmp_path / "wide/validated/config.yaml").read_text()
@@ -291,10 +366,13 @@ def test_a_hub_tokenizer_with_the_hub_unreachable_fails_in_seconds(cache_dir, tm
     """Without asking first, the Hub client retries with backoff ("Retrying in 8s [Retry 5/5]") for about a
     minute per file before failing."""
     env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
-    result = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir), "--data.tokenizer", "HuggingFaceTB/SmolLM-135M"],
-                     env=env)
+    result = run_cli(
+        ["fit", *tiny_run_args(tmp_path, cache_dir), "--data.tokenizer", "HuggingFaceTB/SmolLM-135M"], env=env
+    )
     assert result.returncode != 0
-    assert ("cannot load tokenizer 'HuggingFaceTB/SmolLM-135M': tokenizer 'HuggingFaceTB/SmolLM-135M' needs the "
-            "Hugging Face Hub, and http://127.0.0.1:9 cannot be reached") in result.stderr, result.stderr[-2000:]
+    assert (
+        "cannot load tokenizer 'HuggingFaceTB/SmolLM-135M': tokenizer 'HuggingFaceTB/SmolLM-135M' needs the "
+        "Hugging Face Hub, and http://127.0.0.1:9 cannot be reached"
+    ) in result.stderr, result.stderr[-2000:]
     assert "'builtin' for the offline tokenizer" in result.stderr
     assert "Retrying" not in result.stderr

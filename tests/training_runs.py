@@ -43,14 +43,27 @@ def tiny_run_args(run_dir: Path, cache_dir: Path, evaluations: bool = False, **o
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoints.yaml").write_text(CHECKPOINT_EVERY_5_STEPS + (EVALUATIONS if evaluations else ""))
     options = {
-        "--data.cache_dir": str(cache_dir), "--data.seq_len": "64", "--data.batch_size": "4",
-        "--data.num_workers": "0", "--data.val_windows": "8", "--model.warmup_steps": "5",
-        "--trainer.max_steps": "20", "--trainer.val_check_interval": "10", "--trainer.log_every_n_steps": "1",
-        "--trainer.logger.init_args.save_dir": str(run_dir), "--trainer.enable_progress_bar": "false",
+        "--data.cache_dir": str(cache_dir),
+        "--data.seq_len": "64",
+        "--data.batch_size": "4",
+        "--data.num_workers": "0",
+        "--data.val_windows": "8",
+        "--model.warmup_steps": "5",
+        "--trainer.max_steps": "20",
+        "--trainer.val_check_interval": "10",
+        "--trainer.log_every_n_steps": "1",
+        "--trainer.logger.init_args.save_dir": str(run_dir),
+        "--trainer.enable_progress_bar": "false",
         **overrides,
     }
-    args = ["--config", str(REPO / "configs/smoke.yaml"), "--config", str(REPO / "configs/size/tiny.yaml"),
-            "--config", str(run_dir / "checkpoints.yaml")]
+    args = [
+        "--config",
+        str(REPO / "configs/smoke.yaml"),
+        "--config",
+        str(REPO / "configs/size/tiny.yaml"),
+        "--config",
+        str(run_dir / "checkpoints.yaml"),
+    ]
     for key, value in options.items():
         args += [key, value]
     return args
@@ -59,8 +72,14 @@ def tiny_run_args(run_dir: Path, cache_dir: Path, evaluations: bool = False, **o
 def run_cli(args: list[str], env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """``python -m blindheads ARGS`` in its own process group (so a test can kill every rank at once)."""
     environment = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "blindheads", *args], capture_output=True, text=True,
-                          env=environment, timeout=timeout, start_new_session=True)
+    return subprocess.run(
+        [sys.executable, "-m", "blindheads", *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout,
+        start_new_session=True,
+    )
 
 
 def scalars(log_dir: Path, tag: str) -> dict[int, float]:

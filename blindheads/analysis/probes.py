@@ -22,12 +22,18 @@ def probe_table(directories: list[str | Path]) -> pd.DataFrame:
     rows = []
     for directory in directories:
         probe = load_probe(directory)
-        predicted = {mode: torch.tensor([math.inf if d is None else d for d in distances], dtype=torch.float64)
-                     for mode, distances in probe["predicted_blind_distance"].items()}
+        predicted = {
+            mode: torch.tensor([math.inf if d is None else d for d in distances], dtype=torch.float64)
+            for mode, distances in probe["predicted_blind_distance"].items()
+        }
         for entry in probe["lengths"]:
-            row = {"model": probe["model"], "architecture": probe["architecture"], "dtype": probe["dtype"],
-                   "length": entry["length"],
-                   "measured_zero_share": float(torch.tensor(entry["zero_share"]).mean())}
+            row = {
+                "model": probe["model"],
+                "architecture": probe["architecture"],
+                "dtype": probe["dtype"],
+                "length": entry["length"],
+                "measured_zero_share": float(torch.tensor(entry["zero_share"]).mean()),
+            }
             for mode, distances in predicted.items():
                 row[f"predicted_zero_share_{mode}"] = float(underflow_all_pairs(distances, entry["length"]).mean())
             rows.append(row)

@@ -31,8 +31,10 @@ def find_runs(root: str | Path) -> list[Path]:
     """``run_dirs(root)``, refusing a root that holds none (a wrong folder would otherwise give an empty table)."""
     runs = run_dirs(root)
     if not runs:
-        raise FileNotFoundError(f"no TensorBoard runs under {Path(root).resolve()}: run `make demo`, or point "
-                                "runs_dir at the save_dir of fits")
+        raise FileNotFoundError(
+            f"no TensorBoard runs under {Path(root).resolve()}: run `make demo`, or point "
+            "runs_dir at the save_dir of fits"
+        )
     return runs
 
 
@@ -59,8 +61,11 @@ def comparison_table(root: str | Path) -> pd.DataFrame:
     rows = []
     for run in find_runs(root):
         frame = scalars(run)
-        row = {"experiment": run.parent.name, "version": run.name,
-               "step": int(frame["step"].max()) if len(frame) else 0}
+        row = {
+            "experiment": run.parent.name,
+            "version": run.name,
+            "step": int(frame["step"].max()) if len(frame) else 0,
+        }
         row.update({column: _last(frame, tag) for column, tag in COMPARISON.items()})
         results = run / "results.json"
         if results.exists():

@@ -14,16 +14,25 @@ class LMEvalHarness(PeriodicEvaluation):
     metric as ``lm_eval/{task}/{metric}``. ``include_path`` adds task YAMLs, e.g. local data for offline runs;
     ``limit`` caps the documents per task."""
 
-    def __init__(self, tasks: list[str], every_n_steps: int | None = None, limit: float | None = None,
-                 num_fewshot: int | None = None, include_path: str | None = None, batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        tasks: list[str],
+        every_n_steps: int | None = None,
+        limit: float | None = None,
+        num_fewshot: int | None = None,
+        include_path: str | None = None,
+        batch_size: int = 8,
+    ) -> None:
         super().__init__(every_n_steps)
         from lm_eval.tasks import TaskManager
 
         self.task_manager = TaskManager(include_path=include_path)
         unknown = [t for t in tasks if not self.task_manager.match_tasks([t])]
         if unknown:
-            raise ValueError(f"unknown lm-evaluation-harness tasks {unknown}; list them with `lm_eval ls tasks`, or "
-                             "add task YAMLs with include_path")
+            raise ValueError(
+                f"unknown lm-evaluation-harness tasks {unknown}; list them with `lm_eval ls tasks`, or "
+                "add task YAMLs with include_path"
+            )
         self.tasks, self.limit, self.num_fewshot, self.batch_size = list(tasks), limit, num_fewshot, batch_size
         self.results: dict = {}
 
@@ -35,16 +44,24 @@ class LMEvalHarness(PeriodicEvaluation):
         from blindheads.export.lm_eval_adapter import BlindheadsLM
 
         was_training = pl_module.training
-        adapter = BlindheadsLM(decoder=pl_module.decoder, tokenizer=trainer.datamodule.tokenizer,
-                               batch_size=self.batch_size)
+        adapter = BlindheadsLM(
+            decoder=pl_module.decoder, tokenizer=trainer.datamodule.tokenizer, batch_size=self.batch_size
+        )
         with trainer.precision_plugin.forward_context():
-            self.results = simple_evaluate(model=adapter, tasks=self.tasks, limit=self.limit,
-                                           num_fewshot=self.num_fewshot, task_manager=self.task_manager,
-                                           log_samples=False, bootstrap_iters=0)["results"]
+            self.results = simple_evaluate(
+                model=adapter,
+                tasks=self.tasks,
+                limit=self.limit,
+                num_fewshot=self.num_fewshot,
+                task_manager=self.task_manager,
+                log_samples=False,
+                bootstrap_iters=0,
+            )["results"]
         pl_module.train(was_training)
         scalars = {
             f"{prefix}lm_eval/{task}/{name.split(',')[0]}": float(value)
-            for task, metrics in self.results.items() for name, value in metrics.items()
+            for task, metrics in self.results.items()
+            for name, value in metrics.items()
             if isinstance(value, (int, float)) and "stderr" not in name and math.isfinite(value)
         }
         log_scalars(trainer, pl_module, scalars, prefix)

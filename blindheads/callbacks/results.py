@@ -11,7 +11,9 @@ import lightning as L
 
 from blindheads.callbacks.periodic import evaluated_step
 
-HEADLINE = re.compile(r"^test/(loss|ppl|(passkey|needle)/(auc|samples)_\w+|extrapolation/\d+x/loss|underflow/mean_\w+)$")
+HEADLINE = re.compile(
+    r"^test/(loss|ppl|(passkey|needle)/(auc|samples)_\w+|extrapolation/\d+x/loss|underflow/mean_\w+)$"
+)
 
 
 class ResultsFile(L.Callback):
@@ -32,7 +34,11 @@ class ResultsFile(L.Callback):
             metrics[key] = number if math.isfinite(number) else str(number)
         self.path = Path(log_dir or trainer.default_root_dir) / self.filename
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        results = {"ckpt_path": trainer.ckpt_path, "global_step": evaluated_step(trainer, pl_module), "metrics": metrics}
+        results = {
+            "ckpt_path": trainer.ckpt_path,
+            "global_step": evaluated_step(trainer, pl_module),
+            "metrics": metrics,
+        }
         self.path.write_text(json.dumps(results, indent=2) + "\n")
         print(f"results: {self.path}")
         for key, value in metrics.items():

@@ -50,7 +50,7 @@ class RetrievalEval(PeriodicEvaluation):
         if self.explicit_lengths:
             return sorted(self.explicit_lengths)
         base = training_length(trainer, pl_module)
-        return sorted({int(round(f * base)) for f in self.length_factors})
+        return sorted({round(f * base) for f in self.length_factors})
 
     def build_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[RetrievalSample]:
         raise NotImplementedError
@@ -74,17 +74,24 @@ class RetrievalEval(PeriodicEvaluation):
             metric.update(cell_of[(score.sample.length, score.sample.depth)], score.exact, score.digits)
         pl_module.train(was_training)
         totals = {k: v.cpu().numpy().reshape(len(lengths), len(self.depths)) for k, v in metric.compute().items()}
-        summary = GridSummary(lengths, self.depths, training_length(trainer, pl_module), totals["exact"],
-                              totals["digits"], totals["count"])
+        summary = GridSummary(
+            lengths,
+            self.depths,
+            training_length(trainer, pl_module),
+            totals["exact"],
+            totals["digits"],
+            totals["count"],
+        )
         self.last = summary
         self._log(trainer, pl_module, summary, prefix)
         return summary
 
     def _log(self, trainer, pl_module, summary: GridSummary, prefix: str) -> None:
-        scalars = {f"{prefix}{self.task}/{name}": value for name, value in summary.metrics.items()
-                   if np.isfinite(value)}
+        scalars = {
+            f"{prefix}{self.task}/{name}": value for name, value in summary.metrics.items() if np.isfinite(value)
+        }
         for length, depth, exact, _, _ in summary.cells():
-            scalars[f"{prefix}{self.task}/exact/len{length}/depth{int(round(depth * 100))}"] = exact
+            scalars[f"{prefix}{self.task}/exact/len{length}/depth{round(depth * 100)}"] = exact
         log_scalars(trainer, pl_module, scalars, prefix)
         writer = tensorboard(trainer)
         if writer is not None:
@@ -102,8 +109,9 @@ class PasskeyEval(RetrievalEval):
     task = "passkey"
 
     def build_samples(self, trainer, pl_module):
-        return passkey_samples(trainer.datamodule.tokenizer, self.lengths(trainer, pl_module), self.depths,
-                               self.samples, self.seed)
+        return passkey_samples(
+            trainer.datamodule.tokenizer, self.lengths(trainer, pl_module), self.depths, self.samples, self.seed
+        )
 
 
 class NeedleEval(RetrievalEval):
@@ -118,5 +126,6 @@ class NeedleEval(RetrievalEval):
     def build_samples(self, trainer, pl_module):
         lengths = self.lengths(trainer, pl_module)
         haystack = trainer.datamodule.heldout_tokens(4 * max(lengths)).tolist()
-        return needle_samples(trainer.datamodule.tokenizer, haystack, lengths, self.depths, self.samples,
-                              self.distractors, self.seed)
+        return needle_samples(
+            trainer.datamodule.tokenizer, haystack, lengths, self.depths, self.samples, self.distractors, self.seed
+        )

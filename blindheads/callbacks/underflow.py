@@ -43,8 +43,13 @@ class UnderflowMonitor(PeriodicEvaluation):
     Rank 0 probes and writes while the other ranks wait at their next collective, so all stay in step.
     """
 
-    def __init__(self, every_n_steps: int | None = 500, length_factors: list[float] = (1.0, 2.0),
-                 batch_size: int = 1, gradients: bool = True) -> None:
+    def __init__(
+        self,
+        every_n_steps: int | None = 500,
+        length_factors: list[float] = (1.0, 2.0),
+        batch_size: int = 1,
+        gradients: bool = True,
+    ) -> None:
         super().__init__(every_n_steps)
         self.length_factors, self.batch_size, self.gradients = list(length_factors), batch_size, gradients
         self.statistics: dict[int, list[ZeroStatistics]] = {}
@@ -69,9 +74,10 @@ class UnderflowMonitor(PeriodicEvaluation):
             for m in modules:
                 m.dtype = dtype
             base = training_length(trainer, pl_module)
-            lengths = sorted({int(round(f * base)) for f in self.length_factors})
-            self.statistics = {n: self._forward_statistics(trainer, decoder, modules, n, pl_module.device)
-                               for n in lengths}
+            lengths = sorted({round(f * base) for f in self.length_factors})
+            self.statistics = {
+                n: self._forward_statistics(trainer, decoder, modules, n, pl_module.device) for n in lengths
+            }
             if self.gradients:
                 self.gradient, self.slope_grad = self._gradient_statistics(trainer, pl_module, modules, base, dtype)
         finally:
@@ -87,6 +93,7 @@ class UnderflowMonitor(PeriodicEvaluation):
         def reduce(layer):
             def hook(module, inputs, weights):
                 per_layer[layer] = zero_statistics(weights)  # one layer's weights at a time
+
             return hook
 
         handles = [m.register_forward_hook(reduce(i)) for i, m in enumerate(modules)]
@@ -129,15 +136,19 @@ class UnderflowMonitor(PeriodicEvaluation):
         if not learnable:
             return {}
         log_slopes = learnable[0].log_slopes
-        predicted = first_blind_token(predicted_blind_distances(position, length, dtype, pl_module.config.threshold,
-                                                          "materialized"))
+        predicted = first_blind_token(
+            predicted_blind_distances(position, length, dtype, pl_module.config.threshold, "materialized")
+        )
         i = torch.arange(length, device=log_slopes.device)
         beyond = ((i[:, None] - i[None, :]) >= predicted.to(log_slopes.device)[:, None, None]).to(grads[0].dtype)
         total = torch.autograd.grad(logits, log_slopes, grads, retain_graph=True)[0]
         far = torch.autograd.grad(logits, log_slopes, [g * beyond for g in grads])[0]
         near = total - far
-        return {"slope_grad": total.detach().double().cpu(), "slope_grad_beyond_blind": far.detach().double().cpu(),
-                "slope_grad_beyond_blind_share": (far.abs() / (far.abs() + near.abs())).detach().double().cpu()}
+        return {
+            "slope_grad": total.detach().double().cpu(),
+            "slope_grad_beyond_blind": far.detach().double().cpu(),
+            "slope_grad_beyond_blind_share": (far.abs() / (far.abs() + near.abs())).detach().double().cpu(),
+        }
 
     def _log(self, trainer, pl_module, base: int, dtype: torch.dtype, prefix: str) -> dict:
         scalars = {}
@@ -158,8 +169,10 @@ class UnderflowMonitor(PeriodicEvaluation):
         for name, values in self.slope_grad.items():
             _per_head(scalars, f"{prefix}{name}", values)
         position, threshold = pl_module.decoder.position, pl_module.config.threshold
-        predicted = {softmax: predicted_blind_distances(position, longest_length, dtype, threshold, softmax)
-                     for softmax in ("materialized", "fused")}
+        predicted = {
+            softmax: predicted_blind_distances(position, longest_length, dtype, threshold, softmax)
+            for softmax in ("materialized", "fused")
+        }
         for softmax, distances in predicted.items():
             _per_head(scalars, f"{prefix}blind_distance_predicted/{softmax}", distances)
         log_scalars(trainer, pl_module, scalars, prefix)
@@ -167,7 +180,9 @@ class UnderflowMonitor(PeriodicEvaluation):
         if writer is not None:
             step = evaluated_step(trainer, pl_module)
             writer.add_figure(f"{prefix}underflow/heatmap", zero_share_heatmap(at_base), step)
-            writer.add_figure(f"{prefix}underflow/by_distance", zero_share_by_distance(longest, predicted["materialized"]), step)
+            writer.add_figure(
+                f"{prefix}underflow/by_distance", zero_share_by_distance(longest, predicted["materialized"]), step
+            )
         return scalars
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from blindheads.numerics import DTYPES
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
+from blindheads.numerics import DTYPES
 from blindheads.probes.published import LayerStatistics, load_published, measure, predicted_blind_distances, summarize
 from blindheads.probes.score_paths import match_default_attention, score_path
 from blindheads.probes.text import documents, token_stream
@@ -49,13 +49,22 @@ def write_outputs(out: Path, summary: dict, results: list[LayerStatistics], pred
     (out / "probe.json").write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False) + "\n")
     with open(out / "probe.csv", "w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(["length", "layer", "head", "zero_share", "blind_distance", "predicted_normal",
-                         "predicted_subnormal"])
+        writer.writerow(
+            ["length", "layer", "head", "zero_share", "blind_distance", "predicted_normal", "predicted_subnormal"]
+        )
         for r in results:
             for layer, stats in enumerate(r.layers):
                 for head, (share, distance) in enumerate(zip(stats.zero_share.tolist(), stats.blind_distance.tolist())):
-                    writer.writerow([r.length, layer, head, share, distance if math.isfinite(distance) else "",
-                                     *(predicted.get(m, [None] * (head + 1))[head] for m in ("normal", "subnormal"))])
+                    writer.writerow(
+                        [
+                            r.length,
+                            layer,
+                            head,
+                            share,
+                            distance if math.isfinite(distance) else "",
+                            *(predicted.get(m, [None] * (head + 1))[head] for m in ("normal", "subnormal")),
+                        ]
+                    )
     longest = results[-1]
     heads = len(longest.layers[0].zero_share)
     normal = torch.tensor(predicted.get("normal", [math.inf] * heads))
@@ -95,7 +104,9 @@ def main(argv: list[str]) -> dict:
     print(f"probe of {args.model}: {len(results[0].layers)} layers, lengths {lengths}; results in {out}/")
     for r in results:
         shares = torch.stack([s.zero_share for s in r.layers])
-        print(f"  {r.length:>6} tokens: {shares.mean():.2%} of causal weights exactly zero (max head {shares.max():.2%})")
+        print(
+            f"  {r.length:>6} tokens: {shares.mean():.2%} of causal weights exactly zero (max head {shares.max():.2%})"
+        )
     return summary
 
 
@@ -105,14 +116,24 @@ def retrieval(model, tokenizer, stream: torch.Tensor, lengths: list[int]) -> dic
     from blindheads.evaluation.summary import GridSummary
 
     decoder, depths = TransformersDecoder(model), [0.0, 0.5, 1.0]
-    context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "max_seq_len", max(lengths))
-    tasks = {"passkey": passkey_samples(tokenizer, lengths, depths, 2),
-             "needle": needle_samples(tokenizer, stream.tolist(), lengths, depths, 2)}
+    context = getattr(model.config, "max_position_embeddings", None) or getattr(
+        model.config, "max_seq_len", max(lengths)
+    )
+    tasks = {
+        "passkey": passkey_samples(tokenizer, lengths, depths, 2),
+        "needle": needle_samples(tokenizer, stream.tolist(), lengths, depths, 2),
+    }
     out = {}
     for task, samples in tasks.items():
         scores = score_samples(decoder, tokenizer, samples, batch_size=1)
         exact = torch.tensor([s.exact for s in scores], dtype=torch.float64).view(len(lengths), len(depths), 2)
         digits = torch.tensor([s.digits for s in scores], dtype=torch.float64).view(len(lengths), len(depths), 2)
-        out[task] = GridSummary(lengths, depths, context, exact.mean(-1).numpy(), digits.mean(-1).numpy(),
-                                torch.full((len(lengths), len(depths)), 2.0).numpy()).to_dict()
+        out[task] = GridSummary(
+            lengths,
+            depths,
+            context,
+            exact.mean(-1).numpy(),
+            digits.mean(-1).numpy(),
+            torch.full((len(lengths), len(depths)), 2.0).numpy(),
+        ).to_dict()
     return out

@@ -59,7 +59,12 @@ class FineWebEdu(L.LightningDataModule):
         self.source, self.files_arg, self.validation_files = source, files, validation_files
         self.hub_name, self.hub_config, self.text_column = hub_name, hub_config, text_column
         self.tokenizer_name, self.builtin_vocab_size = tokenizer, builtin_vocab_size
-        self.seq_len, self.batch_size, self.num_workers, self.val_windows = seq_len, batch_size, num_workers, val_windows
+        self.seq_len, self.batch_size, self.num_workers, self.val_windows = (
+            seq_len,
+            batch_size,
+            num_workers,
+            val_windows,
+        )
         self.shuffle_files_seed, self.accept_data_change = shuffle_files_seed, accept_data_change
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.tokenizer = None
@@ -78,7 +83,12 @@ class FineWebEdu(L.LightningDataModule):
 
     def _resolve_files(self) -> DataFiles:
         return data_files(
-            self.source, self.files_arg, self.validation_files, self.hub_name, self.hub_config, self.cache_dir,
+            self.source,
+            self.files_arg,
+            self.validation_files,
+            self.hub_name,
+            self.hub_config,
+            self.cache_dir,
             self.shuffle_files_seed,
         )
 
@@ -120,8 +130,12 @@ class FineWebEdu(L.LightningDataModule):
         self.setup()
         windows = self._windows("train", repeat=True, resume=self._resume)
         return DataLoader(
-            windows, batch_size=self.batch_size, num_workers=self.num_workers, collate_fn=collate_windows,
-            persistent_workers=False, pin_memory=torch.cuda.is_available(),
+            windows,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            collate_fn=collate_windows,
+            persistent_workers=False,
+            pin_memory=torch.cuda.is_available(),
         )
 
     def validation_windows(self) -> torch.Tensor:
@@ -182,7 +196,7 @@ class FineWebEdu(L.LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         """Every rank's position (Lightning saves only rank 0's datamodule state, so gather them all here)."""
-        rank, world = self._rank_and_world()
+        _rank, world = self._rank_and_world()
         positions = [self._resume]
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             positions = [None] * world
@@ -193,9 +207,14 @@ class FineWebEdu(L.LightningDataModule):
         """The data this run reads (taken once per run: checkpoints reuse it)."""
         if self._fingerprint is None:
             files = self.files or self._resolve_files()
-            self._fingerprint = fingerprint(files.train, files.validation, shuffle_files_seed=self.shuffle_files_seed,
-                                            tokenizer=self.tokenizer_name, seq_len=self.seq_len,
-                                            text_column=self.text_column)
+            self._fingerprint = fingerprint(
+                files.train,
+                files.validation,
+                shuffle_files_seed=self.shuffle_files_seed,
+                tokenizer=self.tokenizer_name,
+                seq_len=self.seq_len,
+                text_column=self.text_column,
+            )
         return self._fingerprint
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -215,16 +234,22 @@ class FineWebEdu(L.LightningDataModule):
     def _check_data(self, recorded: dict[str, Any] | None) -> None:
         """Refuse to resume a stream position into data that changed, unless ``accept_data_change`` says so."""
         if recorded is None:
-            log.warning("the checkpoint records no data fingerprint (written before they existed): a change in "
-                        "the data since cannot be detected")
+            log.warning(
+                "the checkpoint records no data fingerprint (written before they existed): a change in "
+                "the data since cannot be detected"
+            )
             return
         changed = differences(recorded, self.fingerprint())
         if not changed:
             return
         what = "; ".join(changed)
         if not self.accept_data_change:
-            raise ValueError(f"the data changed since the checkpoint: {what}. Resuming would re-read or skip "
-                             "documents; restore the data, or pass --data.accept_data_change true to go on")
-        log.warning(f"resuming into changed data (accept_data_change): {what}. The restored position counts "
-                    "documents of the old file list, so documents may be read twice or never, and a changed "
-                    "held-out split may have been trained on: this run is not the uninterrupted run")
+            raise ValueError(
+                f"the data changed since the checkpoint: {what}. Resuming would re-read or skip "
+                "documents; restore the data, or pass --data.accept_data_change true to go on"
+            )
+        log.warning(
+            f"resuming into changed data (accept_data_change): {what}. The restored position counts "
+            "documents of the old file list, so documents may be read twice or never, and a changed "
+            "held-out split may have been trained on: this run is not the uninterrupted run"
+        )

@@ -45,8 +45,12 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         removed = [n for n in names_before if n not in names_after]
         changed = [a["name"] for a in after for b in before if a["name"] == b["name"] and a != b]
         moved = not (added or removed) and names_before != names_after
-        parts = [f"added {added}" * bool(added), f"removed {removed}" * bool(removed),
-                 f"changed (size or contents) {changed}" * bool(changed), "reordered" * moved]
+        parts = [
+            f"added {added}" * bool(added),
+            f"removed {removed}" * bool(removed),
+            f"changed (size or contents) {changed}" * bool(changed),
+            "reordered" * moved,
+        ]
         found.append(f"{split} files: " + ", ".join(p for p in parts if p))
     for key in sorted((set(old) | set(new)) - {"train", "validation"}):
         if old.get(key) != new.get(key):

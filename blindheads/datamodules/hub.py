@@ -18,5 +18,6 @@ def require_hub(what: str, instead: str) -> None:
     try:
         get_session().head(constants.ENDPOINT, timeout=PROBE_TIMEOUT_S)
     except Exception as error:  # any transport error: DNS, refused, timeout, proxy
-        raise ConnectionError(f"{what} needs the Hugging Face Hub, and {constants.ENDPOINT} cannot be reached "
-                              f"({error}); {instead}") from None
+        raise ConnectionError(
+            f"{what} needs the Hugging Face Hub, and {constants.ENDPOINT} cannot be reached ({error}); {instead}"
+        ) from None

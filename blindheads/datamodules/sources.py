@@ -32,7 +32,9 @@ def format_of(files: list[str]) -> str:
     suffixes = {Path(f.removesuffix(".gz")).suffix for f in files}
     formats = {FORMATS.get(suffix) for suffix in suffixes}
     if None in formats or len(formats) != 1:
-        raise ValueError(f"data files must all be one of {sorted(FORMATS)} (optionally .gz); got suffixes {sorted(suffixes)}")
+        raise ValueError(
+            f"data files must all be one of {sorted(FORMATS)} (optionally .gz); got suffixes {sorted(suffixes)}"
+        )
     return formats.pop()
 
 

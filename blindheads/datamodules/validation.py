@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -67,7 +68,9 @@ def _check_json(path: str, column: str) -> None:
         empty = False
         value = record.get(column) if isinstance(record, dict) else None
         if not isinstance(value, str):
-            found = f"{type(value).__name__} {value!r}"[:60] if isinstance(record, dict) and column in record else "none"
+            found = (
+                f"{type(value).__name__} {value!r}"[:60] if isinstance(record, dict) and column in record else "none"
+            )
             raise DataFileError(f"{path}: {place} has {column!r}: {found}, expected a string")
     if empty:
         raise DataFileError(f"{path}: holds no documents")

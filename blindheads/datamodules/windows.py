@@ -14,7 +14,8 @@ data epoch after epoch, so every rank always has a next batch and training lengt
 from __future__ import annotations
 
 import bisect
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import datasets
 import numpy as np
@@ -79,7 +80,11 @@ class TokenWindows(torch.utils.data.IterableDataset):
                 encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
                 arrays = [np.append(np.asarray(e.ids, dtype=np.int64), self.eos_id) for e in encodings]
                 if skip_docs or skip_tokens:  # resuming inside this batch
-                    arrays = [np.empty(0, np.int64)] * skip_docs + [arrays[skip_docs][skip_tokens:]] + arrays[skip_docs + 1:]
+                    arrays = (
+                        [np.empty(0, np.int64)] * skip_docs
+                        + [arrays[skip_docs][skip_tokens:]]
+                        + arrays[skip_docs + 1 :]
+                    )
                     skip_docs = skip_tokens = 0
                 yield state, epoch, arrays
                 state = docs.state_dict()  # already a copy
@@ -112,7 +117,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
                 yield window, _position_at(starts, origins, emitted)
             if emitted:
                 keep = bisect.bisect_right(starts, emitted) - 1
-                origins = [_position_at(starts, origins, emitted)] + origins[keep + 1 :]
+                origins = [_position_at(starts, origins, emitted), *origins[keep + 1 :]]
                 starts = [0] + [s - emitted for s in starts[keep + 1 :]]
                 buffer = buffer[emitted:]
 
@@ -122,15 +127,19 @@ def _read(docs: datasets.IterableDataset) -> Iterator[dict[str, list]]:
     try:
         yield from docs.iter(batch_size=DOC_BATCH)
     except (UnicodeDecodeError, ValueError, OSError) as error:
-        raise ValueError(f"cannot read the documents after stream position {_where(docs.state_dict())}: {error}") from None
+        raise ValueError(
+            f"cannot read the documents after stream position {_where(docs.state_dict())}: {error}"
+        ) from None
 
 
 def _checked_texts(texts: list, state: dict[str, Any] | None) -> list[str]:
     """Every document's text must be a string (local files are checked before reading; remote ones here)."""
     for row, text in enumerate(texts):
         if not isinstance(text, str):
-            raise ValueError(f"document {row} after stream position {_where(state)} has text "
-                             f"{type(text).__name__} {text!r:.60}, expected a string")
+            raise ValueError(
+                f"document {row} after stream position {_where(state)} has text "
+                f"{type(text).__name__} {text!r:.60}, expected a string"
+            )
     return texts
 
 

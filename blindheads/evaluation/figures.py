@@ -34,8 +34,12 @@ def zero_share_heatmap(layers: list[ZeroStatistics], title: str = "share of caus
     return figure
 
 
-def zero_share_by_distance(layers: list[ZeroStatistics], predicted: torch.Tensor,
-                           predicted_subnormal: torch.Tensor | None = None, title: str = ""):
+def zero_share_by_distance(
+    layers: list[ZeroStatistics],
+    predicted: torch.Tensor,
+    predicted_subnormal: torch.Tensor | None = None,
+    title: str = "",
+):
     """Underflow share against distance per head (mean over layers); dotted lines mark each head's predicted
     blindness distance (``normal`` threshold), dashed ones the ``subnormal`` prediction when given."""
     zeros = torch.stack([s.zeros_by_distance for s in layers]).mean(0)

@@ -28,10 +28,50 @@ NEEDLE_QUESTION = (
     " The special magic number for {key} mentioned in the provided text is"
 )
 NEEDLE_KEY_WORDS = (
-    "amber ancient bright calm crimson distant eager fragile golden hidden hollow humble lively silent "
-    "silver swift tender vivid wild wooden".split(),
-    "anchor badger canyon compass falcon harbor lantern meadow orchard pebble quarry river saddle "
-    "thistle tunnel valley walnut willow window zephyr".split(),
+    [
+        "amber",
+        "ancient",
+        "bright",
+        "calm",
+        "crimson",
+        "distant",
+        "eager",
+        "fragile",
+        "golden",
+        "hidden",
+        "hollow",
+        "humble",
+        "lively",
+        "silent",
+        "silver",
+        "swift",
+        "tender",
+        "vivid",
+        "wild",
+        "wooden",
+    ],
+    [
+        "anchor",
+        "badger",
+        "canyon",
+        "compass",
+        "falcon",
+        "harbor",
+        "lantern",
+        "meadow",
+        "orchard",
+        "pebble",
+        "quarry",
+        "river",
+        "saddle",
+        "thistle",
+        "tunnel",
+        "valley",
+        "walnut",
+        "willow",
+        "window",
+        "zephyr",
+    ],
 )
 
 
@@ -66,8 +106,16 @@ class PromptBuilder:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
-    def assemble(self, length: int, head: list[int], haystack: list[int], needles: list[tuple[float, list[int]]],
-                 tail: list[int], answer: list[int], boundary: int = 1) -> tuple[Tensor, int]:
+    def assemble(
+        self,
+        length: int,
+        head: list[int],
+        haystack: list[int],
+        needles: list[tuple[float, list[int]]],
+        tail: list[int],
+        answer: list[int],
+        boundary: int = 1,
+    ) -> tuple[Tensor, int]:
         """``[EOS] head haystack-with-needles tail answer`` of exactly ``length`` tokens. Each needle goes at its
         depth (a fraction of the haystack), moved back to a multiple of ``boundary`` tokens (a filler sentence)."""
         fixed = 1 + len(head) + sum(len(n) for _, n in needles) + len(tail) + len(answer)
@@ -97,14 +145,22 @@ def passkey_samples(tokenizer, lengths: list[int], depths: list[float], samples:
             for index in range(samples):
                 key = str(sample_rng(seed, length, depth, index).randint(10000, 99999))
                 needle = builder.encode(PASSKEY_NEEDLE.format(key=key))
-                tokens, start = builder.assemble(length, head, filler, [(depth, needle)], tail,
-                                                 builder.encode(f" {key}"), boundary=len(unit))
+                tokens, start = builder.assemble(
+                    length, head, filler, [(depth, needle)], tail, builder.encode(f" {key}"), boundary=len(unit)
+                )
                 out.append(RetrievalSample(length, depth, index, tokens, start, key))
     return out
 
 
-def needle_samples(tokenizer, haystack: list[int], lengths: list[int], depths: list[float], samples: int,
-                   distractors: int = 0, seed: int = 0):
+def needle_samples(
+    tokenizer,
+    haystack: list[int],
+    lengths: list[int],
+    depths: list[float],
+    samples: int,
+    distractors: int = 0,
+    seed: int = 0,
+):
     """RULER's single needle (a 7-digit value for a two-word key) in natural held-out text, with optional
     distractor needles that give other keys other values at random depths."""
     builder = PromptBuilder(tokenizer)
@@ -123,8 +179,13 @@ def needle_samples(tokenizer, haystack: list[int], lengths: list[int], depths: l
                     fake = str(rng.randint(1_000_000, 9_999_999))
                     needles.append((rng.random(), builder.encode(NEEDLE.format(key=other, value=fake))))
                 offset = rng.randrange(max(1, len(haystack) - length))
-                tokens, start = builder.assemble(length, [], haystack[offset:], needles,
-                                                 builder.encode(NEEDLE_QUESTION.format(key=key)),
-                                                 builder.encode(f" {value}"))
+                tokens, start = builder.assemble(
+                    length,
+                    [],
+                    haystack[offset:],
+                    needles,
+                    builder.encode(NEEDLE_QUESTION.format(key=key)),
+                    builder.encode(f" {value}"),
+                )
                 out.append(RetrievalSample(length, depth, index, tokens, start, value))
     return out

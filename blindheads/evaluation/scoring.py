@@ -51,8 +51,11 @@ def token_losses(decoder, tokens: Tensor, chunk: int = 1024) -> Tensor:
     hidden = decoder.hidden_states(tokens[:, :-1])
     targets = tokens[:, 1:]
     losses = [
-        F.cross_entropy(decoder.lm_head(hidden[:, i : i + chunk]).float().transpose(1, 2), targets[:, i : i + chunk],
-                        reduction="none")
+        F.cross_entropy(
+            decoder.lm_head(hidden[:, i : i + chunk]).float().transpose(1, 2),
+            targets[:, i : i + chunk],
+            reduction="none",
+        )
         for i in range(0, hidden.shape[1], chunk)
     ]
     return torch.cat(losses, dim=1)

@@ -28,8 +28,11 @@ class CellAccuracy(Metric):
         self.count[cell] += 1
 
     def compute(self) -> dict[str, torch.Tensor]:
-        return {"exact": self.exact / self.count.clamp_min(1), "digits": self.digits / self.count.clamp_min(1),
-                "count": self.count}
+        return {
+            "exact": self.exact / self.count.clamp_min(1),
+            "digits": self.digits / self.count.clamp_min(1),
+            "count": self.count,
+        }
 
 
 def auc_over_log_length(lengths: list[int], accuracy: list[float]) -> float:
@@ -60,8 +63,9 @@ class GridSummary:
         self.metrics = {}
         for domain, keep in (("in_domain", True), ("out_of_domain", False)):
             chosen = [i for i, n in enumerate(self.lengths) if (n <= self.training_length) == keep]
-            self.metrics[f"auc_{domain}"] = auc_over_log_length([self.lengths[i] for i in chosen],
-                                                                [per_length[i] for i in chosen])
+            self.metrics[f"auc_{domain}"] = auc_over_log_length(
+                [self.lengths[i] for i in chosen], [per_length[i] for i in chosen]
+            )
             self.metrics[f"acc_{domain}"] = float(self.exact[chosen].mean()) if chosen else math.nan
             self.metrics[f"samples_{domain}"] = float(self.count[chosen].sum())
         self.metrics["digit_acc"] = float(self.digits.mean())
@@ -76,8 +80,7 @@ class GridSummary:
             "training_length": self.training_length,
             "metrics": self.metrics,
             "cells": [
-                {"length": n, "depth": d, "in_domain": n <= self.training_length, "exact": e, "digits": g,
-                 "samples": c}
+                {"length": n, "depth": d, "in_domain": n <= self.training_length, "exact": e, "digits": g, "samples": c}
                 for n, d, e, g, c in self.cells()
             ],
         }

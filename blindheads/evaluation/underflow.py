@@ -99,7 +99,9 @@ def gradient_statistics(logits: Tensor, weights: Tensor, grads: Tensor) -> Gradi
         zero_given_zero_weight=((zero_grad & zero_weight).sum(heads) / zero_weight.sum(heads)).double().cpu(),
         zero_given_nonzero_weight=(
             (zero_grad & nonzero_weight & ~row_max).sum(heads) / (nonzero_weight & ~row_max).sum(heads)
-        ).double().cpu(),
+        )
+        .double()
+        .cpu(),
         grad_blind_distance=_blind_distance(_farthest_nonzero((grads != 0) & counted), length).cpu(),
         weight_blind_distance=_blind_distance(_farthest_nonzero(nonzero_weight), length).cpu(),
     )

@@ -27,18 +27,24 @@ def export(ckpt_path: str | Path, out: str | Path) -> Path:
     """Write config, safetensors weights, the tokenizer and the remote-code stubs for ``AutoModelForCausalLM``."""
     checkpoint = load_checkpoint(ckpt_path)
     hyper = checkpoint["hyper_parameters"]
-    decoder_config = hyper["decoder"] if isinstance(hyper["decoder"], DecoderConfig) else DecoderConfig(
-        **hyper["decoder"])
-    config = BlindheadsConfig.from_decoder_config(decoder_config, auto_map={
-        "AutoConfig": "configuration_blindheads.BlindheadsConfig",
-        "AutoModelForCausalLM": "modeling_blindheads.BlindheadsForCausalLM",
-    })
+    decoder_config = (
+        hyper["decoder"] if isinstance(hyper["decoder"], DecoderConfig) else DecoderConfig(**hyper["decoder"])
+    )
+    config = BlindheadsConfig.from_decoder_config(
+        decoder_config,
+        auto_map={
+            "AutoConfig": "configuration_blindheads.BlindheadsConfig",
+            "AutoModelForCausalLM": "modeling_blindheads.BlindheadsForCausalLM",
+        },
+    )
     model = BlindheadsForCausalLM(config)
     state = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("decoder.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if k not in model._tied_weights_keys]
     if missing or unexpected:
-        raise ValueError(f"checkpoint {ckpt_path} does not match its decoder: missing {missing}, unexpected {unexpected}")
+        raise ValueError(
+            f"checkpoint {ckpt_path} does not match its decoder: missing {missing}, unexpected {unexpected}"
+        )
     out = Path(out)
     model.save_pretrained(out)
     for name, source in REMOTE_CODE.items():
@@ -58,6 +64,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     out = export(args.ckpt_path, args.out)
-    print(f"exported {args.ckpt_path} to {out}/\nload it with: import blindheads.export.hf, then "
-          f"AutoModelForCausalLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r}); or "
-          "pass trust_remote_code=True to both")
+    print(
+        f"exported {args.ckpt_path} to {out}/\nload it with: import blindheads.export.hf, then "
+        f"AutoModelForCausalLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r}); or "
+        "pass trust_remote_code=True to both"
+    )

@@ -22,9 +22,12 @@ class BlindheadsConfig(PretrainedConfig):
         self.decoder_fields = dict(decoder_fields or {})
         config = self.decoder_config()
         standard = {  # the names other tools read; a saved config.json carries them already
-            "tie_word_embeddings": config.tie_embeddings, "vocab_size": config.vocab_size,
-            "hidden_size": config.hidden_size, "num_hidden_layers": config.num_layers,
-            "num_attention_heads": config.num_heads, "max_position_embeddings": config.context_length,
+            "tie_word_embeddings": config.tie_embeddings,
+            "vocab_size": config.vocab_size,
+            "hidden_size": config.hidden_size,
+            "num_hidden_layers": config.num_layers,
+            "num_attention_heads": config.num_heads,
+            "max_position_embeddings": config.context_length,
         }
         super().__init__(**{**standard, **kwargs})
 
@@ -59,15 +62,21 @@ class BlindheadsForCausalLM(PreTrainedModel, GenerationMixin):
     def get_output_embeddings(self):
         return self.decoder.lm_head
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **kwargs) -> CausalLMOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> CausalLMOutput:
         """Full-sequence forward (no KV cache: generation recomputes the prefix). Left padding is not supported:
         pad on the right, where causality keeps real tokens unaffected."""
         logits = self.decoder(input_ids)
         loss = None
         if labels is not None:
-            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
-                                                     ignore_index=-100)
+            loss = torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+            )
         return CausalLMOutput(loss=loss, logits=logits)
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, **kwargs) -> dict:

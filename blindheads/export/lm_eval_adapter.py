@@ -27,8 +27,11 @@ def load_lightning_checkpoint(ckpt_path: str, device: str):
     checkpoint = load_checkpoint(ckpt_path)
     model = DecoderLM.load_from_checkpoint(ckpt_path, map_location=device)
     data = checkpoint.get("datamodule_hyper_parameters") or {}
-    tokenizer = load_tokenizer(data.get("tokenizer", "builtin"), data.get("cache_dir") or default_cache_dir(),
-                               data.get("builtin_vocab_size", 4096))
+    tokenizer = load_tokenizer(
+        data.get("tokenizer", "builtin"),
+        data.get("cache_dir") or default_cache_dir(),
+        data.get("builtin_vocab_size", 4096),
+    )
     return model.decoder.to(device).eval(), tokenizer
 
 
@@ -36,8 +39,16 @@ def load_lightning_checkpoint(ckpt_path: str, device: str):
 class BlindheadsLM(TemplateLM):
     """Log-likelihoods, rolling log-likelihoods and greedy generation from one forward pass per batch."""
 
-    def __init__(self, ckpt_path: str | None = None, decoder=None, tokenizer=None, batch_size: int | str = 8,
-                 device: str = "cpu", max_length: int | None = None, max_gen_toks: int = 256) -> None:
+    def __init__(
+        self,
+        ckpt_path: str | None = None,
+        decoder=None,
+        tokenizer=None,
+        batch_size: int | str = 8,
+        device: str = "cpu",
+        max_length: int | None = None,
+        max_gen_toks: int = 256,
+    ) -> None:
         super().__init__()
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             device = "cpu"  # lm_eval's CLI asks for cuda by default
@@ -72,7 +83,7 @@ class BlindheadsLM(TemplateLM):
         out = []
         for start in range(0, len(pairs), self.batch_size):
             batch = pairs[start : start + self.batch_size]
-            inputs = [(context + continuation)[-(self.max_length + 1):][:-1] for context, continuation in batch]
+            inputs = [(context + continuation)[-(self.max_length + 1) :][:-1] for context, continuation in batch]
             width = max(len(x) for x in inputs)
             padded = torch.full((len(inputs), width), self.eot_token_id, dtype=torch.long)
             for row, tokens in enumerate(inputs):
@@ -92,8 +103,12 @@ class BlindheadsLM(TemplateLM):
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         totals = []
         for request in tqdm(requests, disable=disable_tqdm):
-            windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
-                self.tok_encode(request.args[0]), self.prefix_token_id, self.max_length, context_len=1)]
+            windows = [
+                make_disjoint_window(w)
+                for w in get_rolling_token_windows(
+                    self.tok_encode(request.args[0]), self.prefix_token_id, self.max_length, context_len=1
+                )
+            ]
             totals.append(sum(score for score, _ in self._continuation_scores(windows)))
         return totals
 
@@ -107,7 +122,7 @@ class BlindheadsLM(TemplateLM):
             until = [until] if isinstance(until, str) else until
             tokens, text = self.tok_encode(context), ""
             for _ in range(int(options.get("max_gen_toks", self.max_gen_toks))):
-                window = torch.tensor([tokens[-self.max_length:]], device=self._device)
+                window = torch.tensor([tokens[-self.max_length :]], device=self._device)
                 following = int(self.decoder(window)[0, -1].argmax())
                 if following == self.eot_token_id:
                     break

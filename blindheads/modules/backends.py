@@ -157,11 +157,18 @@ class Sdpa(_Cached):
         bias = self.prepared
         if bias is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return _join([
-            F.scaled_dot_product_attention(q[..., start:stop, :], k[..., first:stop, :], v[..., first:stop, :],
-                                           attn_mask=bias.rows(start, stop, first), enable_gqa=True)
-            for start, stop, first in bias
-        ])
+        return _join(
+            [
+                F.scaled_dot_product_attention(
+                    q[..., start:stop, :],
+                    k[..., first:stop, :],
+                    v[..., first:stop, :],
+                    attn_mask=bias.rows(start, stop, first),
+                    enable_gqa=True,
+                )
+                for start, stop, first in bias
+            ]
+        )
 
 
 class BlockedEager(AttentionBackend):
@@ -172,11 +179,16 @@ class BlockedEager(AttentionBackend):
 
     def attend(self, q, k, v, stack, weights):
         k, v = _expand_kv(q, k), _expand_kv(q, v)
-        return _join([
-            softmax_in(_logits(q[..., start:stop, :], k[..., first:stop, :], stack, weights.dtype, stop, first),
-                       weights.dtype).to(v.dtype) @ v[..., first:stop, :]
-            for start, stop, first in self.blocks
-        ])
+        return _join(
+            [
+                softmax_in(
+                    _logits(q[..., start:stop, :], k[..., first:stop, :], stack, weights.dtype, stop, first),
+                    weights.dtype,
+                ).to(v.dtype)
+                @ v[..., first:stop, :]
+                for start, stop, first in self.blocks
+            ]
+        )
 
 
 class Flex(_Cached):

@@ -36,16 +36,22 @@ class DecoderConfig:
     threshold: Threshold = "normal"
 
     def __post_init__(self) -> None:
-        for name, choices in (("attention", Backend), ("softmax_dtype", Dtype), ("dtype", Dtype),
-                              ("threshold", Threshold)):
+        for name, choices in (
+            ("attention", Backend),
+            ("softmax_dtype", Dtype),
+            ("dtype", Dtype),
+            ("threshold", Threshold),
+        ):
             if getattr(self, name) not in get_args(choices):
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(get_args(choices))}")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 < self.init_std <= 1:
-            raise ValueError(f"init_std must be in (0, 1], got {self.init_std}: larger weights saturate every norm "
-                             "and softmax (at 1e6 all logits are equal and every gradient is exactly zero)")
+            raise ValueError(
+                f"init_std must be in (0, 1], got {self.init_std}: larger weights saturate every norm "
+                "and softmax (at 1e6 all logits are equal and every gradient is exactly zero)"
+            )
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:
@@ -72,7 +78,13 @@ PRESETS = {
     "smollm-148m": DecoderConfig(),
     # For tests and CPU smoke runs: grouped KV heads, so that path is always exercised.
     "tiny": DecoderConfig(
-        vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, mlp_size=128, context_length=128,
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        mlp_size=128,
+        context_length=128,
         init_std=0.125,
     ),
 }

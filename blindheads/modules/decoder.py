@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from blindheads.numerics import resolve_dtype
 from blindheads.modules import backends
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.position import PositionStack, build_position
+from blindheads.numerics import resolve_dtype
 
 
 class Attention(nn.Module):

@@ -15,7 +15,6 @@ from blindheads.modules.config import DecoderConfig
 from blindheads.modules.decoder import Decoder
 from blindheads.modules.schedules import SCHEDULES, lr_multiplier
 
-
 DEAD_STEPS = 5  # consecutive steps with all-zero gradients that stop a run
 
 
@@ -75,8 +74,10 @@ class DecoderLM(L.LightningModule):
         seq_len = getattr(datamodule, "seq_len", None)
         device = self.trainer.strategy.root_device
         if stage == "fit" and isinstance(self.decoder.backend_for(device), Flex) and device.type != "cuda":
-            raise ValueError(f"attention=flex trains only on CUDA (PyTorch has no FlexAttention backward on "
-                             f"{device.type}); use attention=sdpa or auto")
+            raise ValueError(
+                f"attention=flex trains only on CUDA (PyTorch has no FlexAttention backward on "
+                f"{device.type}); use attention=sdpa or auto"
+            )
         if seq_len is not None and seq_len > self.config.context_length:
             raise ValueError(
                 f"data.seq_len={seq_len} is longer than the model's context_length={self.config.context_length}: "
@@ -155,10 +156,19 @@ class DecoderLM(L.LightningModule):
         hp = self.hparams
         optimizer = torch.optim.AdamW(
             [{"params": matrices, "weight_decay": hp.weight_decay}, {"params": others, "weight_decay": 0.0}],
-            lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, fused=True,  # fused: skips flagged steps on the device
+            lr=hp.lr,
+            betas=tuple(hp.betas),
+            eps=hp.eps,
+            fused=True,  # fused: skips flagged steps on the device
         )
-        multiplier = partial(lr_multiplier, max_steps=max_steps, schedule=hp.schedule, warmup_steps=hp.warmup_steps,
-                             decay_fraction=hp.decay_fraction, min_ratio=hp.min_lr_ratio)
+        multiplier = partial(
+            lr_multiplier,
+            max_steps=max_steps,
+            schedule=hp.schedule,
+            warmup_steps=hp.warmup_steps,
+            decay_fraction=hp.decay_fraction,
+            min_ratio=hp.min_lr_ratio,
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -183,8 +193,10 @@ class DecoderLM(L.LightningModule):
         self.check_finite()
         bad = [name for name, p in self.named_parameters() if not torch.isfinite(p).all()]
         if bad:
-            raise FloatingPointError(f"non-finite weights in {', '.join(bad[:5])} at step {self.global_step}: "
-                                     "checkpoint not written, the earlier ones are untouched")
+            raise FloatingPointError(
+                f"non-finite weights in {', '.join(bad[:5])} at step {self.global_step}: "
+                "checkpoint not written, the earlier ones are untouched"
+            )
         checkpoint["tokens_seen"] = self.tokens_seen
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -194,4 +206,3 @@ class DecoderLM(L.LightningModule):
         if trainer is not None and trainer.state.fn in ("validate", "test") and self.checkpoint_step is not None:
             # Lightning restores the step only for fit: log validate/test scalars at the checkpoint's step, not 0
             trainer.fit_loop.epoch_loop._batches_that_stepped = self.checkpoint_step
-

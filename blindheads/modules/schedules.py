@@ -7,8 +7,9 @@ import math
 SCHEDULES = ("cosine", "wsd")
 
 
-def lr_multiplier(step: int, max_steps: int, schedule: str, warmup_steps: int, decay_fraction: float = 0.2,
-                  min_ratio: float = 0.0) -> float:
+def lr_multiplier(
+    step: int, max_steps: int, schedule: str, warmup_steps: int, decay_fraction: float = 0.2, min_ratio: float = 0.0
+) -> float:
     """``cosine``: linear warmup, then cosine from 1 down to ``min_ratio`` at ``max_steps``.
     ``wsd`` (warmup-stable-decay, SmolLM): linear warmup, constant, then in the last ``decay_fraction`` of training a
     ``1 - sqrt`` cooldown from 1 down to ``min_ratio``."""

@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from blindheads.blindness import blind_distances
-from blindheads.numerics import THRESHOLDS, resolve_dtype, tau
 from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics
 from blindheads.modules.position import ALiBi, PositionStack
+from blindheads.numerics import THRESHOLDS, resolve_dtype, tau
 from blindheads.probes.score_paths import ScorePath
 
 
@@ -56,9 +56,12 @@ def measure(model: nn.Module, tokens: torch.Tensor) -> list[ZeroStatistics]:
         def hook(module, inputs, output):
             weights = next((o for o in output[1:] if isinstance(o, torch.Tensor) and o.dim() == 4), None)
             if weights is None:
-                raise RuntimeError(f"{type(module).__name__} returned no attention weights: load it with eager attention")
+                raise RuntimeError(
+                    f"{type(module).__name__} returned no attention weights: load it with eager attention"
+                )
             per_layer[index] = zero_statistics(weights)
             return tuple(None if o is weights else o for o in output)  # do not keep every layer's weights
+
         return hook
 
     handles = [m.register_forward_hook(reduce(i)) for i, m in enumerate(attention_modules(model))]
@@ -78,8 +81,14 @@ def predicted_blind_distances(path: ScorePath, dtype: str) -> dict[str, list[flo
     return {mode: blind_distances(stack, tau(dtype, mode)).tolist() for mode in THRESHOLDS}
 
 
-def summarize(model_name: str, dtype: str, path: ScorePath, notes: list[str], results: list[LayerStatistics],
-              predicted: dict[str, list[float]]) -> dict:
+def summarize(
+    model_name: str,
+    dtype: str,
+    path: ScorePath,
+    notes: list[str],
+    results: list[LayerStatistics],
+    predicted: dict[str, list[float]],
+) -> dict:
     """Everything a notebook needs: per length, per layer x head measured zero share and blindness distance; the
     underflow share by distance per head (mean over layers); the prediction in both threshold modes (JSON has no
     infinity: a head never blind is ``None``)."""

@@ -28,21 +28,32 @@ def score_path(model: nn.Module) -> ScorePath:
     config = model.config
     kind = config.model_type
     if kind == "bloom":
-        return ScorePath("bloom", press_slopes(config.n_head),
-                         "logits = alibi (model dtype) + q.k / sqrt(d); softmax in float32, cast to the model dtype")
+        return ScorePath(
+            "bloom",
+            press_slopes(config.n_head),
+            "logits = alibi (model dtype) + q.k / sqrt(d); softmax in float32, cast to the model dtype",
+        )
     if kind == "falcon" and getattr(config, "alibi", False):
         head_dim = config.hidden_size // config.num_attention_heads
         return ScorePath(
-            "falcon-alibi", press_slopes(config.num_attention_heads) / math.sqrt(head_dim),
+            "falcon-alibi",
+            press_slopes(config.num_attention_heads) / math.sqrt(head_dim),
             "logits = (q.k + alibi) / sqrt(d); softmax in the model dtype",
             ["ALiBi slopes are scaled by 1/sqrt(head_dim)", "ALiBi is built from bfloat16 slopes"],
         )
     if kind == "mpt":
         configured = config.attn_config.alibi_bias_max
-        notes = [] if configured == 8 else [
-            f"transformers' MPT ignores attn_config.alibi_bias_max={configured} and builds ALiBi with 8"]
-        return ScorePath("mpt", mpt_slopes(config.n_heads, 8.0),
-                         "logits = q.k * softmax_scale + alibi; softmax in float32, cast to the model dtype", notes)
+        notes = (
+            []
+            if configured == 8
+            else [f"transformers' MPT ignores attn_config.alibi_bias_max={configured} and builds ALiBi with 8"]
+        )
+        return ScorePath(
+            "mpt",
+            mpt_slopes(config.n_heads, 8.0),
+            "logits = q.k * softmax_scale + alibi; softmax in float32, cast to the model dtype",
+            notes,
+        )
     return ScorePath(kind, None, "unknown: measured only")
 
 

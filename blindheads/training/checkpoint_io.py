@@ -14,8 +14,12 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 def not_a_checkpoint(path, error: BaseException) -> str:
     """One line for a file that cannot be a checkpoint, naming it and why (never torch's ``weights_only`` advice)."""
-    reasons = {EOFError: "empty or truncated", pickle.UnpicklingError: "not a PyTorch checkpoint file",
-               KeyError: "no Lightning checkpoint inside", zipfile.BadZipFile: "not a PyTorch checkpoint file"}
+    reasons = {
+        EOFError: "empty or truncated",
+        pickle.UnpicklingError: "not a PyTorch checkpoint file",
+        KeyError: "no Lightning checkpoint inside",
+        zipfile.BadZipFile: "not a PyTorch checkpoint file",
+    }
     reason = next((text for kind, text in reasons.items() if isinstance(error, kind)), type(error).__name__)
     return f"not a blindheads checkpoint: {path} ({reason})"
 

@@ -26,8 +26,11 @@ def replaced_options(given: Any, used: Any, prefix: str = "model") -> list[Diffe
     """Every option whose given value the checkpoint's replaces, in a stable order."""
     before, after = flatten(given, prefix), flatten(used, prefix)
     missing = object()
-    return [(key, before.get(key, missing), after.get(key, missing)) for key in sorted(before | after)
-            if before.get(key, missing) != after.get(key, missing) and key in before]
+    return [
+        (key, before.get(key, missing), after.get(key, missing))
+        for key in sorted(before | after)
+        if before.get(key, missing) != after.get(key, missing) and key in before
+    ]
 
 
 def typed_options(args: list[str]) -> list[str]:

@@ -14,8 +14,8 @@ from lightning.pytorch.cli import LightningCLI
 from blindheads.callbacks.results import ResultsFile
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.modules.lm import DecoderLM
-from blindheads.training.checkpoint_options import describe, is_typed, replaced_options, typed_options
 from blindheads.training.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
+from blindheads.training.checkpoint_options import describe, is_typed, replaced_options, typed_options
 from blindheads.training.rank_watchdog import watch_launcher
 from blindheads.training.run_lock import RunLock
 
@@ -58,7 +58,8 @@ class BlindheadsCLI(LightningCLI):
         if typed:
             raise ValueError(
                 "a checkpoint's run uses the checkpoint's model options, so these typed ones would be ignored: "
-                + "; ".join(map(describe, typed)) + ". Remove them (a new run with other options starts without "
+                + "; ".join(map(describe, typed))
+                + ". Remove them (a new run with other options starts without "
                 "--ckpt_path)"
             )
         for difference in replaced:
@@ -82,8 +83,10 @@ class BlindheadsCLI(LightningCLI):
         found = next((c for c in candidates if (c / "checkpoints" / "last.ckpt").is_file()), None)
         if found is None:
             looked = ", ".join(str(c / "checkpoints") for c in candidates[:3]) or f"{run}/version_*/checkpoints"
-            raise ValueError(f"--ckpt_path last: no last.ckpt in {looked}; give the checkpoint's path, or the run's "
-                             "version with --trainer.logger.init_args.version")
+            raise ValueError(
+                f"--ckpt_path last: no last.ckpt in {looked}; give the checkpoint's path, or the run's "
+                "version with --trainer.logger.init_args.version"
+            )
         args.version = found.name
         config.ckpt_path = str(found / "checkpoints" / "last.ckpt")
         print(f"resuming from {config.ckpt_path}", file=sys.stderr)
@@ -112,7 +115,11 @@ def flush_subnormals_unless_asked_not_to() -> None:
 def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
     """The CLI over ``args`` (a subcommand first when ``run``); ``run=False`` only parses and instantiates."""
     return BlindheadsCLI(
-        DecoderLM, FineWebEdu, args=args, run=run, trainer_defaults=TRAINER_DEFAULTS,
+        DecoderLM,
+        FineWebEdu,
+        args=args,
+        run=run,
+        trainer_defaults=TRAINER_DEFAULTS,
         save_config_kwargs={"overwrite": True},
         # no prefixes: --trainer.max_step is a typo, not --trainer.max_steps
         parser_kwargs={"allow_abbrev": False, **{cmd: {"allow_abbrev": False} for cmd in ("fit", "validate", "test")}},

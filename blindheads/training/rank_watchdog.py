@@ -28,6 +28,10 @@ def watch_launcher() -> threading.Thread | None:
 def _watch(launcher: int, local_rank: str) -> None:
     while os.getppid() == launcher:
         time.sleep(POLL_SECONDS)
-    print(f"blindheads: local rank {local_rank} stops: the process that launched it (pid {launcher}, rank 0) exited; "
-          "the run stopped at its last checkpoint", file=sys.stderr, flush=True)
+    print(
+        f"blindheads: local rank {local_rank} stops: the process that launched it (pid {launcher}, rank 0) exited; "
+        "the run stopped at its last checkpoint",
+        file=sys.stderr,
+        flush=True,
+    )
     os._exit(1)

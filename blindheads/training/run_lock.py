@@ -34,8 +34,10 @@ class RunLock(L.Callback):
             except FileExistsError:
                 owner = path.read_text().strip()
                 if owner.isdigit() and process_alive(int(owner)):
-                    raise ValueError(f"run directory {log_dir} is in use by a live run (pid {owner}); give this run "
-                                       "another --trainer.logger.init_args.version or name") from None
+                    raise ValueError(
+                        f"run directory {log_dir} is in use by a live run (pid {owner}); give this run "
+                        "another --trainer.logger.init_args.version or name"
+                    ) from None
                 log.warning(f"taking over the lock of {log_dir} from pid {owner or '?'}, which is no longer running")
                 path.unlink(missing_ok=True)
                 continue

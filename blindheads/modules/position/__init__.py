@@ -11,8 +11,8 @@ from blindheads.modules.position.sliding_window import SlidingWindow
 from blindheads.modules.position.soft_cap import SoftCap
 
 __all__ = [
-    "ALiBi",
     "COMPONENTS",
+    "ALiBi",
     "Clamp",
     "LogDistance",
     "NoPE",

@@ -13,7 +13,7 @@ import inspect
 import os
 import re
 import sys
-from typing import Any, Union
+from typing import Any
 
 from blindheads.modules.position.alibi import ALiBi
 from blindheads.modules.position.base import PositionComponent, PositionStack
@@ -37,7 +37,7 @@ COMPONENTS: dict[str, type[PositionComponent]] = {
 BUILTIN_PACKAGE = "blindheads.modules.position"
 POSITION_MODULES = "BLINDHEADS_POSITION_MODULES"  # extra modules a class_path may import, named on purpose
 
-PositionSpec = Union[str, list[Union[str, dict[str, Any]]]]
+PositionSpec = str | list[str | dict[str, Any]]
 
 _TERM = re.compile(r"^\s*(?P<name>\w+)\s*(?:\((?P<args>.*)\))?\s*$")
 
@@ -130,7 +130,7 @@ def _entries(spec: PositionSpec) -> list[tuple[str, list, dict]]:
         elif isinstance(item, dict) and "class_path" in item:
             entries.append((item["class_path"], [], dict(item.get("init_args") or {})))
         elif isinstance(item, dict) and len(item) == 1:
-            (name, kwargs), = item.items()
+            ((name, kwargs),) = item.items()
             entries.append((name, [], dict(kwargs or {})))
         else:
             raise ValueError(f"cannot read position entry {item!r}; use 'NAME(ARGS)', {{NAME: {{...}}}} or class_path")
