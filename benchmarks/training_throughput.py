@@ -19,7 +19,7 @@ import torch
 from blindheads.callbacks.extrapolation import LengthExtrapolation
 from blindheads.callbacks.retrieval import NeedleEval, PasskeyEval
 from blindheads.callbacks.underflow import UnderflowMonitor
-from blindheads.training.cli import build_cli, flush_subnormals_unless_asked_not_to
+from blindheads.cli.lightning import build_cli, flush_subnormals_unless_asked_not_to
 
 
 class StepTimer(L.Callback):

@@ -19,8 +19,8 @@ from transformers import AutoModelForCausalLM
 
 from blindheads.callbacks.lm_eval import LMEvalHarness
 from blindheads.datamodules.tokenizer import load_tokenizer
-from blindheads.export.export import export
-from blindheads.export.lm_eval_adapter import BlindheadsLM
+from blindheads.evaluation.lm_eval_adapter import BlindheadsLM
+from blindheads.export.directory import export
 from blindheads.modules import DecoderConfig
 from blindheads.modules.config import PRESETS
 from blindheads.modules.lm import DecoderLM

@@ -152,7 +152,7 @@ def test_a_missing_model_without_the_hub_fails_clearly(monkeypatch):
 
 
 def test_probe_json_has_no_nan():
-    from blindheads.cli.probe import json_safe
+    from blindheads.probes.outputs import json_safe
 
     safe = json_safe({"acc": [float("nan"), 0.5], "d": {"x": float("inf")}, "n": 3, "s": "a"})
     assert safe == {"acc": [None, 0.5], "d": {"x": None}, "n": 3, "s": "a"}

@@ -13,10 +13,11 @@ import pytest
 import torch
 from training_runs import REPO, TESTS, run_cli, scalars, tiny_run_args
 
+from blindheads.cli.lightning import build_cli
 from blindheads.modules.schedules import lr_multiplier
-from blindheads.training.cli import build_cli
 
-CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml"))
+# Every config a user passes with --config; configs/callbacks/ holds callback lists the experiments name.
+CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml") if p.parent.name != "callbacks")
 
 
 def test_lr_schedules():
@@ -376,3 +377,24 @@ def test_a_hub_tokenizer_with_the_hub_unreachable_fails_in_seconds(cache_dir, tm
     ) in result.stderr, result.stderr[-2000:]
     assert "'builtin' for the offline tokenizer" in result.stderr
     assert "Retrying" not in result.stderr
+
+
+def test_a_size_names_a_preset_and_the_config_records_its_shape(cache_dir, caplog):
+    """configs/size/tiny.yaml names the tiny preset instead of restating it; what it replaces is logged, and the
+    parsed config (which config.yaml saves) holds the shape the model has."""
+    from blindheads.modules.config import PRESETS, SHAPE
+
+    args = [
+        "--config",
+        str(REPO / "configs/smoke.yaml"),
+        "--config",
+        str(REPO / "configs/size/tiny.yaml"),
+        "--data.cache_dir",
+        str(cache_dir),
+        "--trainer.logger",
+        "false",
+    ]
+    cli = build_cli(args, run=False)
+    for name in SHAPE:
+        assert getattr(cli.model.config, name) == cli.config.model.decoder[name] == getattr(PRESETS["tiny"], name)
+    assert "decoder size 'tiny' replaces hidden_size 128 -> 64" in caplog.text

@@ -6,6 +6,7 @@ import lightning as L
 import torch
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, training_length
+from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.scoring import token_losses
 
 
@@ -23,8 +24,6 @@ class LengthExtrapolation(PeriodicEvaluation):
     @torch.no_grad()
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> dict[str, float]:
         base = training_length(trainer, pl_module)
-        was_training = pl_module.training
-        pl_module.eval()
         results = {}
         for factor in self.factors:
             length = factor * base
@@ -32,13 +31,12 @@ class LengthExtrapolation(PeriodicEvaluation):
             mine = tokens[trainer.global_rank :: trainer.world_size].to(pl_module.device)
             bucket_sums = torch.zeros(factor, dtype=torch.float64, device=pl_module.device)
             if len(mine):
-                with trainer.precision_plugin.forward_context():
+                with evaluating(pl_module), trainer.precision_plugin.forward_context():
                     losses = token_losses(pl_module.decoder, mine)
                 bucket_sums += losses.double().view(len(mine), factor, base).sum(dim=(0, 2))
             bucket_sums = trainer.strategy.reduce(bucket_sums, reduce_op="sum")
             buckets = bucket_sums / (self.sequences * base)
             results[f"{prefix}extrapolation/{factor}x/loss"] = float(buckets.mean())
             results.update({f"{prefix}extrapolation/{factor}x/bucket{k}": float(v) for k, v in enumerate(buckets)})
-        pl_module.train(was_training)
         log_scalars(trainer, pl_module, results, prefix)
         return results

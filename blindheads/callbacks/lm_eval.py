@@ -7,6 +7,7 @@ import math
 import lightning as L
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars
+from blindheads.evaluation.contexts import evaluating
 
 
 class LMEvalHarness(PeriodicEvaluation):
@@ -41,13 +42,12 @@ class LMEvalHarness(PeriodicEvaluation):
             return {}
         from lm_eval import simple_evaluate
 
-        from blindheads.export.lm_eval_adapter import BlindheadsLM
+        from blindheads.evaluation.lm_eval_adapter import BlindheadsLM
 
-        was_training = pl_module.training
-        adapter = BlindheadsLM(
-            decoder=pl_module.decoder, tokenizer=trainer.datamodule.tokenizer, batch_size=self.batch_size
-        )
-        with trainer.precision_plugin.forward_context():
+        with evaluating(pl_module), trainer.precision_plugin.forward_context():
+            adapter = BlindheadsLM(
+                decoder=pl_module.decoder, tokenizer=trainer.datamodule.tokenizer, batch_size=self.batch_size
+            )
             self.results = simple_evaluate(
                 model=adapter,
                 tasks=self.tasks,
@@ -57,7 +57,6 @@ class LMEvalHarness(PeriodicEvaluation):
                 log_samples=False,
                 bootstrap_iters=0,
             )["results"]
-        pl_module.train(was_training)
         scalars = {
             f"{prefix}lm_eval/{task}/{name.split(',')[0]}": float(value)
             for task, metrics in self.results.items()

@@ -44,6 +44,12 @@ def training_length(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
     return getattr(trainer.datamodule, "seq_len", None) or pl_module.config.context_length
 
 
+def scaled_lengths(trainer: L.Trainer, pl_module: L.LightningModule, factors: list[float]) -> list[int]:
+    """The evaluation lengths ``factors`` x the training length, rounded, distinct, ascending."""
+    base = training_length(trainer, pl_module)
+    return sorted({round(f * base) for f in factors})
+
+
 def evaluated_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
     """The training step the evaluated weights come from: the checkpoint's under validate/test."""
     step = getattr(pl_module, "checkpoint_step", None)

@@ -8,11 +8,19 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 
-from blindheads.callbacks.periodic import PeriodicEvaluation, evaluated_step, log_scalars, tensorboard, training_length
+from blindheads.callbacks.periodic import (
+    PeriodicEvaluation,
+    evaluated_step,
+    log_scalars,
+    scaled_lengths,
+    tensorboard,
+    training_length,
+)
+from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
-from blindheads.evaluation.summary import CellAccuracy, GridSummary
+from blindheads.evaluation.summary import GridSummary, summarize_grid
 
 
 class RetrievalEval(PeriodicEvaluation):
@@ -49,8 +57,7 @@ class RetrievalEval(PeriodicEvaluation):
     def lengths(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[int]:
         if self.explicit_lengths:
             return sorted(self.explicit_lengths)
-        base = training_length(trainer, pl_module)
-        return sorted({round(f * base) for f in self.length_factors})
+        return scaled_lengths(trainer, pl_module, self.length_factors)
 
     def build_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[RetrievalSample]:
         raise NotImplementedError
@@ -63,25 +70,10 @@ class RetrievalEval(PeriodicEvaluation):
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> GridSummary:
         lengths = self.lengths(trainer, pl_module)
         samples = self.samples_for(trainer, pl_module)
-        cell_of = {(n, d): i * len(self.depths) + j for i, n in enumerate(lengths) for j, d in enumerate(self.depths)}
-        metric = CellAccuracy(len(cell_of)).to(pl_module.device)
-        was_training = pl_module.training
-        pl_module.eval()
         mine = samples[trainer.global_rank :: trainer.world_size]
-        with trainer.precision_plugin.forward_context():
+        with evaluating(pl_module), trainer.precision_plugin.forward_context():
             scores = score_samples(pl_module.decoder, trainer.datamodule.tokenizer, mine, self.batch_size)
-        for score in scores:
-            metric.update(cell_of[(score.sample.length, score.sample.depth)], score.exact, score.digits)
-        pl_module.train(was_training)
-        totals = {k: v.cpu().numpy().reshape(len(lengths), len(self.depths)) for k, v in metric.compute().items()}
-        summary = GridSummary(
-            lengths,
-            self.depths,
-            training_length(trainer, pl_module),
-            totals["exact"],
-            totals["digits"],
-            totals["count"],
-        )
+        summary = summarize_grid(scores, lengths, self.depths, training_length(trainer, pl_module), pl_module.device)
         self.last = summary
         self._log(trainer, pl_module, summary, prefix)
         return summary

@@ -9,7 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from blindheads.blindness import first_blind_token, predicted_blind_distances
-from blindheads.callbacks.periodic import PeriodicEvaluation, evaluated_step, log_scalars, tensorboard, training_length
+from blindheads.callbacks.periodic import (
+    PeriodicEvaluation,
+    evaluated_step,
+    log_scalars,
+    scaled_lengths,
+    tensorboard,
+    training_length,
+)
+from blindheads.evaluation.contexts import evaluating, forward_hooks
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
 from blindheads.evaluation.underflow import GradientStatistics, ZeroStatistics, gradient_statistics, zero_statistics
 
@@ -22,14 +30,14 @@ def autocast_dtype(trainer: L.Trainer) -> torch.dtype:
 
 
 class UnderflowMonitor(PeriodicEvaluation):
-    """On a fixed held-out probe batch at ``length_factors`` x the training length, runs every layer with the eager
+    """On a fixed held-out batch at ``length_factors`` x the training length, runs every layer with the eager
     backend and its softmax in the training precision, and logs per layer x head:
 
     - ``underflow/layer{l}/head{h}``: share of causal weights exactly zero (at the training length; the mean of
-      every probe length is ``underflow/mean_{f}x``);
-    - ``blind_distance/layer{l}/head{h}``: the measured blindness distance (longest probe; a head the probe never
+      every measured length is ``underflow/mean_{f}x``);
+    - ``blind_distance/layer{l}/head{h}``: the measured blindness distance (longest length; a head the batch never
       saw blind logs nothing), beside the calculator's ``blind_distance_predicted/materialized/head{h}`` (the
-      definition of the eager softmax measured here, at the longest probe's length) and
+      definition of the eager softmax measured here, at the longest length) and
       ``blind_distance_predicted/fused/head{h}`` (what FlexAttention training kernels follow);
     - at the training length, from one backward pass (``gradients=True``): ``grad_zero_given_zero_weight/...``
       (must be 1), ``grad_zero_given_nonzero_weight/...`` (gradient blindness beyond weight blindness),
@@ -40,7 +48,7 @@ class UnderflowMonitor(PeriodicEvaluation):
       ``|beyond| / (|beyond| + |within|)``;
     - images: the layer x head zero-share heatmap and underflow share against distance per head.
 
-    Rank 0 probes and writes while the other ranks wait at their next collective, so all stay in step.
+    Rank 0 measures and writes while the other ranks wait at their next collective, so all stay in step.
     """
 
     def __init__(
@@ -56,7 +64,7 @@ class UnderflowMonitor(PeriodicEvaluation):
         self.gradient: list[GradientStatistics] = []
         self.slope_grad: dict[str, torch.Tensor] = {}
 
-    def _probe_tokens(self, trainer, length: int) -> torch.Tensor:
+    def _measured_tokens(self, trainer, length: int) -> torch.Tensor:
         return trainer.datamodule.heldout_windows(self.batch_size, length)
 
     def _attention_modules(self, pl_module):
@@ -68,22 +76,20 @@ class UnderflowMonitor(PeriodicEvaluation):
         decoder, dtype = pl_module.decoder, autocast_dtype(trainer)
         modules = self._attention_modules(pl_module)
         saved_dtypes = [m.dtype for m in modules]
-        was_training = pl_module.training
-        pl_module.eval()
         try:
             for m in modules:
                 m.dtype = dtype
             base = training_length(trainer, pl_module)
-            lengths = sorted({round(f * base) for f in self.length_factors})
-            self.statistics = {
-                n: self._forward_statistics(trainer, decoder, modules, n, pl_module.device) for n in lengths
-            }
-            if self.gradients:
-                self.gradient, self.slope_grad = self._gradient_statistics(trainer, pl_module, modules, base, dtype)
+            lengths = scaled_lengths(trainer, pl_module, self.length_factors)
+            with evaluating(pl_module):
+                self.statistics = {
+                    n: self._forward_statistics(trainer, decoder, modules, n, pl_module.device) for n in lengths
+                }
+                if self.gradients:
+                    self.gradient, self.slope_grad = self._gradient_statistics(trainer, pl_module, modules, base, dtype)
         finally:
             for m, saved in zip(modules, saved_dtypes):
                 m.dtype = saved
-            pl_module.train(was_training)
         return self._log(trainer, pl_module, base, dtype, prefix)
 
     @torch.no_grad()
@@ -96,13 +102,8 @@ class UnderflowMonitor(PeriodicEvaluation):
 
             return hook
 
-        handles = [m.register_forward_hook(reduce(i)) for i, m in enumerate(modules)]
-        try:
-            with trainer.precision_plugin.forward_context():
-                decoder.hidden_states(self._probe_tokens(trainer, length)[:, :-1].to(device), attention="eager")
-        finally:
-            for handle in handles:
-                handle.remove()
+        with forward_hooks(modules, reduce), trainer.precision_plugin.forward_context():
+            decoder.hidden_states(self._measured_tokens(trainer, length)[:, :-1].to(device), attention="eager")
         return per_layer
 
     def _gradient_statistics(self, trainer, pl_module, modules, length, dtype):
@@ -113,18 +114,17 @@ class UnderflowMonitor(PeriodicEvaluation):
             logits.append(inputs[0])
             weights.append(output)
 
-        handles = [m.register_forward_hook(keep) for m in modules]
-        try:  # validate and test run under inference mode, which enable_grad alone does not leave
-            with torch.inference_mode(False), torch.enable_grad(), trainer.precision_plugin.forward_context():
-                tokens = self._probe_tokens(trainer, length).to(pl_module.device).clone()  # a tensor autograd may save
+        # validate and test run under inference mode, which enable_grad alone does not leave
+        with forward_hooks(modules, lambda _: keep), torch.inference_mode(False), torch.enable_grad():
+            with trainer.precision_plugin.forward_context():
+                tokens = (
+                    self._measured_tokens(trainer, length).to(pl_module.device).clone()
+                )  # a tensor autograd may save
                 hidden = decoder.hidden_states(tokens[:, :-1], attention="eager")
                 loss = F.cross_entropy(decoder.lm_head(hidden).flatten(0, 1).float(), tokens[:, 1:].flatten())
-                grads = torch.autograd.grad(loss, logits, retain_graph=True)
-                statistics = [gradient_statistics(x, w, g) for x, w, g in zip(logits, weights, grads)]
-                slope_grad = self._slope_gradient(decoder.position, logits, grads, length, dtype, pl_module)
-        finally:
-            for handle in handles:
-                handle.remove()
+            grads = torch.autograd.grad(loss, logits, retain_graph=True)
+            statistics = [gradient_statistics(x, w, g) for x, w, g in zip(logits, weights, grads)]
+            slope_grad = self._slope_gradient(decoder.position, logits, grads, length, dtype, pl_module)
         return statistics, slope_grad
 
     @staticmethod

@@ -9,7 +9,7 @@ from blindheads.cli import blindness
 
 def _lightning(subcommand: str):
     def run(argv: list[str]) -> None:
-        from blindheads.training.cli import main as lightning_main  # Lightning loads only when needed
+        from blindheads.cli.lightning import main as lightning_main  # Lightning loads only when needed
 
         lightning_main([subcommand, *argv])
 
@@ -23,13 +23,13 @@ def _probe(argv: list[str]) -> None:
 
 
 def _export(argv: list[str]) -> None:
-    from blindheads.export.export import main as export_main
+    from blindheads.export.directory import main as export_main
 
     export_main(argv)
 
 
 def _lm_eval(argv: list[str]) -> None:
-    from blindheads.export.lm_eval_adapter import main as lm_eval_main  # registers the ``blindheads`` model
+    from blindheads.evaluation.lm_eval_adapter import main as lm_eval_main  # registers the ``blindheads`` model
 
     lm_eval_main(argv)
 

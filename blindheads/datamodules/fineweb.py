@@ -156,7 +156,7 @@ class FineWebEdu(L.LightningDataModule):
         return self._validation
 
     def heldout_tokens(self, count: int) -> torch.Tensor:
-        """The first ``count`` tokens of the held-out stream (repeated if it is shorter): needle haystacks, probe
+        """The first ``count`` tokens of the held-out stream (repeated if it is shorter): needle haystacks, measurement
         batches and long-context losses, identical on every rank and run."""
         self.setup()
         if self._heldout is None or len(self._heldout) < count:
@@ -171,7 +171,7 @@ class FineWebEdu(L.LightningDataModule):
         return self._heldout[:count]
 
     def heldout_windows(self, count: int, length: int) -> torch.Tensor:
-        """``count`` consecutive held-out windows of ``length + 1`` tokens: probe batches, long-context losses."""
+        """``count`` consecutive held-out windows of ``length + 1`` tokens: underflow measurements, long-context losses."""
         return self.heldout_tokens(count * (length + 1)).view(count, length + 1)
 
     def val_dataloader(self) -> DataLoader:

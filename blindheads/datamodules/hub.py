@@ -7,7 +7,7 @@ import os
 
 from huggingface_hub import constants, get_session
 
-PROBE_TIMEOUT_S = 5.0
+REACHABLE_TIMEOUT_S = 5.0
 
 
 def require_hub(what: str, instead: str) -> None:
@@ -16,7 +16,7 @@ def require_hub(what: str, instead: str) -> None:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or constants.HF_HUB_OFFLINE:
         return
     try:
-        get_session().head(constants.ENDPOINT, timeout=PROBE_TIMEOUT_S)
+        get_session().head(constants.ENDPOINT, timeout=REACHABLE_TIMEOUT_S)
     except Exception as error:  # any transport error: DNS, refused, timeout, proxy
         raise ConnectionError(
             f"{what} needs the Hugging Face Hub, and {constants.ENDPOINT} cannot be reached ({error}); {instead}"

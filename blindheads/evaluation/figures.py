@@ -13,7 +13,7 @@ import torch
 from matplotlib.figure import Figure
 
 from blindheads.evaluation.summary import GridSummary
-from blindheads.evaluation.underflow import ZeroStatistics
+from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_distance
 
 
 def _figure(width: float, height: float):
@@ -42,8 +42,7 @@ def zero_share_by_distance(
 ):
     """Underflow share against distance per head (mean over layers); dotted lines mark each head's predicted
     blindness distance (``normal`` threshold), dashed ones the ``subnormal`` prediction when given."""
-    zeros = torch.stack([s.zeros_by_distance for s in layers]).mean(0)
-    share = (zeros / layers[0].pairs_by_distance).numpy()
+    share = mean_zero_share_by_distance(layers).numpy()
     figure, axis = _figure(7, 4)
     for head, row in enumerate(share):
         (line,) = axis.plot(row, label=f"head {head}")

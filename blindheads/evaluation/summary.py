@@ -35,6 +35,19 @@ class CellAccuracy(Metric):
         }
 
 
+def summarize_grid(
+    scores: list, lengths: list[int], depths: list[float], training_length: int, device: torch.device | str = "cpu"
+) -> GridSummary:
+    """Scores of retrieval samples (each knows its length and depth) as a grid summary; under DDP each rank passes
+    its share and the cell sums are reduced across ranks (torchmetrics), so every rank gets the whole grid."""
+    cell_of = {(n, d): i * len(depths) + j for i, n in enumerate(lengths) for j, d in enumerate(depths)}
+    metric = CellAccuracy(len(cell_of)).to(device)
+    for score in scores:
+        metric.update(cell_of[(score.sample.length, score.sample.depth)], score.exact, score.digits)
+    totals = {k: v.cpu().numpy().reshape(len(lengths), len(depths)) for k, v in metric.compute().items()}
+    return GridSummary(lengths, depths, training_length, totals["exact"], totals["digits"], totals["count"])
+
+
 def auc_over_log_length(lengths: list[int], accuracy: list[float]) -> float:
     """Trapezoid of accuracy over log2(length), divided by the log2 span: in [0, 1]; one length gives its accuracy."""
     if not lengths:

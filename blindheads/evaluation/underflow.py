@@ -29,8 +29,13 @@ class ZeroStatistics:
 
     @property
     def blind_distance(self) -> Tensor:
-        """Smallest distance from which every weight is zero; ``inf`` where the probe saw none that far back."""
+        """Smallest distance from which every weight is zero; ``inf`` where the measured batch had none that far back."""
         return _blind_distance(self.farthest_nonzero, len(self.pairs_by_distance))
+
+
+def mean_zero_share_by_distance(layers: list[ZeroStatistics]) -> Tensor:
+    """Per head and distance, the share of weights exactly zero, averaged over layers: (heads, L) float64."""
+    return torch.stack([s.zeros_by_distance for s in layers]).mean(0) / layers[0].pairs_by_distance
 
 
 def _blind_distance(farthest_nonzero: Tensor, length: int) -> Tensor:
@@ -77,7 +82,7 @@ class GradientStatistics:
       (tiny weights whose products underflow): gradient blindness beyond weight blindness. Each row's largest
       weight is left out: a weight that rounds to 1 has zero gradient by saturation, not blindness.
     - ``grad_blind_distance`` and ``weight_blind_distance``: the distance from which every gradient, and every
-      weight, is exactly zero (``inf`` where the probe saw none that far back).
+      weight, is exactly zero (``inf`` where the measured batch had none that far back).
     """
 
     zero_given_zero_weight: Tensor

@@ -7,7 +7,7 @@ shaped (batch, heads, length, head_dim), k and v possibly carrying fewer (groupe
   (``SdpaBias``). A stack that is not additive (soft caps) cannot be a mask: ``select_backend`` gives it
   ``BlockedEager`` instead, the same causal blocks with explicit logits.
 - ``eager``: explicit logits and softmax in a chosen dtype over the whole square; the weights pass through an
-  ``AttentionWeights`` module so hooks (probes, the underflow monitor) can read them.
+  ``AttentionWeights`` module so hooks (published-model probes, the underflow monitor) can read them.
 
 What does not change between steps is cached per (length, device, dtype): block masks, and the bias of stacks
 without trainable parameters. Stacks with learnable slopes rebuild their bias every forward.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import get_args
@@ -11,6 +12,9 @@ import yaml
 from blindheads.modules.backends import Backend
 from blindheads.modules.position.registry import PositionSpec
 from blindheads.numerics import Dtype, Threshold
+
+log = logging.getLogger(__name__)
+SHAPE = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size", "context_length", "init_std")
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,13 @@ class DecoderConfig:
     # slope presets chosen by blindness distance (steep, safe, wide, robust) are computed for these.
     dtype: Dtype = "bfloat16"
     threshold: Threshold = "normal"
+    # A preset's shape (``tiny``, ``smollm-148m``): its SHAPE fields replace these fields' values, so a YAML file
+    # can name a size instead of restating it (configs/size/tiny.yaml); each value it replaces is logged.
+    size: str | None = None
 
     def __post_init__(self) -> None:
+        if self.size is not None:
+            self._apply_size()
         for name, choices in (
             ("attention", Backend),
             ("softmax_dtype", Dtype),
@@ -58,6 +67,19 @@ class DecoderConfig:
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
         if (self.hidden_size // self.num_heads) % 2:
             raise ValueError(f"head size {self.hidden_size // self.num_heads} must be even (RoPE rotates pairs)")
+
+    def _apply_size(self) -> None:
+        if self.size not in PRESETS:
+            raise ValueError(f"unknown decoder size {self.size!r}; valid: {', '.join(PRESETS)}")
+        preset, defaults = PRESETS[self.size], DecoderConfig()
+        replaced = []
+        for name in SHAPE:
+            given, value = getattr(self, name), getattr(preset, name)
+            if given not in (value, getattr(defaults, name)):
+                replaced.append(f"{name} {given} -> {value}")
+            object.__setattr__(self, name, value)  # frozen: set once, while constructing
+        if replaced:
+            log.warning(f"decoder size {self.size!r} replaces {', '.join(replaced)}")
 
     @property
     def head_size(self) -> int:

@@ -9,10 +9,13 @@ import torch
 from torch import nn
 
 from blindheads.blindness import blind_distances
-from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics
+from blindheads.evaluation.contexts import forward_hooks
+from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_distance, zero_statistics
 from blindheads.modules.position import ALiBi, PositionStack
 from blindheads.numerics import THRESHOLDS, resolve_dtype, tau
-from blindheads.probes.score_paths import ScorePath
+from blindheads.probes.retrieval import retrieval_grids
+from blindheads.probes.score_paths import ScorePath, match_default_attention, score_path
+from blindheads.probes.text import documents, token_stream
 
 
 def load_published(name: str, dtype: str = "float32"):
@@ -64,12 +67,8 @@ def measure(model: nn.Module, tokens: torch.Tensor) -> list[ZeroStatistics]:
 
         return hook
 
-    handles = [m.register_forward_hook(reduce(i)) for i, m in enumerate(attention_modules(model))]
-    try:
+    with forward_hooks(attention_modules(model), reduce):
         model(tokens.to(model.device), output_attentions=True, use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
     return [per_layer[i] for i in sorted(per_layer)]
 
 
@@ -110,10 +109,27 @@ def summarize(
                 "length": r.length,
                 "zero_share": [s.zero_share.tolist() for s in r.layers],
                 "blind_distance": [finite(s.blind_distance.tolist()) for s in r.layers],
-                "zero_share_by_distance": (
-                    torch.stack([s.zeros_by_distance for s in r.layers]).mean(0) / r.layers[0].pairs_by_distance
-                ).tolist(),
+                "zero_share_by_distance": mean_zero_share_by_distance(r.layers).tolist(),
             }
             for r in results
         ],
     }
+
+
+def probe(
+    model_name: str, dtype: str, text: list[str], lengths: list[int], samples: int, retrieval: bool = False
+) -> tuple[dict, list[LayerStatistics], dict[str, list[float]]]:
+    """Load a model, measure its zero weights on ``samples`` sequences of ``text`` per length, predict them from its
+    score path, and (``retrieval``) run passkey and needle with its tokenizer: the summary, the per-length
+    statistics and the predictions."""
+    model, tokenizer = load_published(model_name, dtype)
+    notes = match_default_attention(model)
+    lengths = sorted(lengths)
+    stream = token_stream(tokenizer, documents(text), samples * max(lengths))
+    results = [LayerStatistics(n, measure(model, stream[: samples * n].view(samples, n))) for n in lengths]
+    path = score_path(model)
+    predicted = predicted_blind_distances(path, dtype)
+    summary = summarize(model_name, dtype, path, notes, results, predicted)
+    if retrieval:
+        summary["retrieval"] = retrieval_grids(model, tokenizer, stream, lengths)
+    return summary, results, predicted

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
+from blindheads.checkpoints import checkpoint_tokenizer, decoder_config, load_checkpoint
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
-from blindheads.modules.config import DecoderConfig
 
 REMOTE_CODE = {
     "configuration_blindheads.py": "from blindheads.export.hf import BlindheadsConfig  # noqa: F401\n",
@@ -16,22 +14,11 @@ REMOTE_CODE = {
 }
 
 
-def load_checkpoint(ckpt_path: str | Path) -> dict:
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
-    return torch.load(path, map_location="cpu", weights_only=False)
-
-
 def export(ckpt_path: str | Path, out: str | Path) -> Path:
     """Write config, safetensors weights, the tokenizer and the remote-code stubs for ``AutoModelForCausalLM``."""
     checkpoint = load_checkpoint(ckpt_path)
-    hyper = checkpoint["hyper_parameters"]
-    decoder_config = (
-        hyper["decoder"] if isinstance(hyper["decoder"], DecoderConfig) else DecoderConfig(**hyper["decoder"])
-    )
     config = BlindheadsConfig.from_decoder_config(
-        decoder_config,
+        decoder_config(checkpoint),
         auto_map={
             "AutoConfig": "configuration_blindheads.BlindheadsConfig",
             "AutoModelForCausalLM": "modeling_blindheads.BlindheadsForCausalLM",
@@ -49,12 +36,9 @@ def export(ckpt_path: str | Path, out: str | Path) -> Path:
     model.save_pretrained(out)
     for name, source in REMOTE_CODE.items():
         (out / name).write_text(source)
-    data = checkpoint.get("datamodule_hyper_parameters") or {}
-    if "tokenizer" in data:
-        from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
-
-        cache = data.get("cache_dir") or default_cache_dir()
-        load_tokenizer(data["tokenizer"], cache, data.get("builtin_vocab_size", 4096)).save_pretrained(out)
+    tokenizer = checkpoint_tokenizer(checkpoint)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
     return out
 
 

@@ -12,12 +12,13 @@ import torch
 from lightning.pytorch.cli import LightningCLI
 
 from blindheads.callbacks.results import ResultsFile
+from blindheads.cli.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
+from blindheads.cli.checkpoint_options import describe, is_typed, replaced_options, typed_options
+from blindheads.cli.rank_watchdog import watch_launcher
+from blindheads.cli.run_lock import RunLock
 from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.modules.config import SHAPE, DecoderConfig
 from blindheads.modules.lm import DecoderLM
-from blindheads.training.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
-from blindheads.training.checkpoint_options import describe, is_typed, replaced_options, typed_options
-from blindheads.training.rank_watchdog import watch_launcher
-from blindheads.training.run_lock import RunLock
 
 log = logging.getLogger(__name__)
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0}
@@ -35,6 +36,16 @@ class BlindheadsCLI(LightningCLI):
         parser.link_arguments(
             "data", "model.decoder.vocab_size", compute_fn=lambda data: data.vocab_size, apply_on="instantiate"
         )
+
+    def before_instantiate_classes(self) -> None:
+        """A decoder ``size`` replaces the shape fields in the parsed config itself, so the run's ``config.yaml``
+        records the shape the model has (``DecoderConfig`` applies it too, for Python users)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        decoder = config.get("model", {}).get("decoder")
+        if decoder is not None and decoder.get("size"):
+            applied = DecoderConfig(**{k: v for k, v in decoder.items() if k != "vocab_size" or v is not None})
+            for name in SHAPE:
+                decoder[name] = getattr(applied, name)
 
     def _parse_ckpt_path(self) -> None:
         """LightningCLI reads the checkpoint's hyperparameters before anything else: ``last`` is resolved to the run's

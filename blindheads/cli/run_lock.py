@@ -9,7 +9,7 @@ from pathlib import Path
 
 import lightning as L
 
-from blindheads.training.checkpoint_io import process_alive
+from blindheads.cli.checkpoint_io import process_alive
 
 log = logging.getLogger(__name__)
 LOCK = ".blindheads.lock"

@@ -16,23 +16,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
-
-
-def load_lightning_checkpoint(ckpt_path: str, device: str):
-    """The decoder and the tokenizer it was trained with."""
-    from blindheads.export.export import load_checkpoint
-    from blindheads.modules.lm import DecoderLM
-
-    checkpoint = load_checkpoint(ckpt_path)
-    model = DecoderLM.load_from_checkpoint(ckpt_path, map_location=device)
-    data = checkpoint.get("datamodule_hyper_parameters") or {}
-    tokenizer = load_tokenizer(
-        data.get("tokenizer", "builtin"),
-        data.get("cache_dir") or default_cache_dir(),
-        data.get("builtin_vocab_size", 4096),
-    )
-    return model.decoder.to(device).eval(), tokenizer
+from blindheads.checkpoints import checkpoint_decoder, checkpoint_tokenizer, load_checkpoint
 
 
 @register_model("blindheads")
@@ -53,7 +37,8 @@ class BlindheadsLM(TemplateLM):
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             device = "cpu"  # lm_eval's CLI asks for cuda by default
         if ckpt_path is not None:
-            decoder, tokenizer = load_lightning_checkpoint(ckpt_path, device)
+            checkpoint = load_checkpoint(ckpt_path)  # once: weights and tokenizer settings from the same load
+            decoder, tokenizer = checkpoint_decoder(checkpoint).to(device), checkpoint_tokenizer(checkpoint)
         if decoder is None or tokenizer is None:
             raise ValueError("give model_args ckpt_path=PATH (or a decoder and its tokenizer)")
         self.decoder, self.tokenizer = decoder.eval(), tokenizer

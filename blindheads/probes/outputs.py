@@ -1,0 +1,49 @@
+"""What a probe writes: ``probe.json`` (valid JSON: no NaN or Infinity), ``probe.csv`` per length x layer x head,
+and two figures of the longest length."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
+from blindheads.probes.published import LayerStatistics
+
+CSV_COLUMNS = ["length", "layer", "head", "zero_share", "blind_distance", "predicted_normal", "predicted_subnormal"]
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (a NaN accuracy of an empty cell, an infinite distance) as ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_outputs(out: Path, summary: dict, results: list[LayerStatistics], predicted: dict[str, list[float]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "probe.json").write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False) + "\n")
+    with open(out / "probe.csv", "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(CSV_COLUMNS)
+        for r in results:
+            for layer, stats in enumerate(r.layers):
+                for head, (share, distance) in enumerate(zip(stats.zero_share.tolist(), stats.blind_distance.tolist())):
+                    predictions = (predicted.get(mode, [None] * (head + 1))[head] for mode in ("normal", "subnormal"))
+                    writer.writerow(
+                        [r.length, layer, head, share, distance if math.isfinite(distance) else "", *predictions]
+                    )
+    longest = results[-1]
+    heads = len(longest.layers[0].zero_share)
+    normal = torch.tensor(predicted.get("normal", [math.inf] * heads))
+    subnormal = torch.tensor(predicted["subnormal"]) if predicted else None
+    title = f"{summary['model']} ({summary['dtype']}, {longest.length} tokens)"
+    zero_share_by_distance(longest.layers, normal, subnormal, title).savefig(out / "measured_vs_predicted.png", dpi=120)
+    zero_share_heatmap(longest.layers, title).savefig(out / "zero_share_heatmap.png", dpi=120)

@@ -1,1 +1,0 @@
-"""Training plumbing: the CLI entry and checkpoint writing."""
