@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from blindheads.datamodules.fingerprint import differences, fingerprint
+from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.datamodules.sources import SOURCES, DataFiles, data_files, stream_documents
 from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
 from blindheads.datamodules.windows import TokenWindows, collate_windows
@@ -25,7 +27,8 @@ class FineWebEdu(L.LightningDataModule):
     The order is fixed by the files, ``shuffle_files_seed`` (``None``: no shuffling), the world size and
     ``num_workers``: the same config on the same world size and worker count gives the same windows on any machine.
     Validation uses the first ``val_windows`` windows of the held-out file(s), which training never reads.
-    The data position of every rank is saved in checkpoints and restored on resume.
+    The data position of every rank is saved in checkpoints and restored on resume. ``retrieval_mix`` inserts
+    retrieval episodes into the training documents (see ``retrieval_mix.py``); validation text stays natural.
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class FineWebEdu(L.LightningDataModule):
         shuffle_files_seed: int | None = None,
         cache_dir: str | None = None,
         accept_data_change: bool = False,
+        retrieval_mix: RetrievalMix | None = None,
     ) -> None:
         super().__init__()
         if source not in SOURCES:
@@ -66,6 +70,7 @@ class FineWebEdu(L.LightningDataModule):
             val_windows,
         )
         self.shuffle_files_seed, self.accept_data_change = shuffle_files_seed, accept_data_change
+        self.retrieval_mix = retrieval_mix
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.tokenizer = None
         self.files: DataFiles | None = None
@@ -123,7 +128,14 @@ class FineWebEdu(L.LightningDataModule):
             world_size=world,
             repeat=repeat,
             resume=resume,
+            episodes=self._episode_writer() if split == "train" else None,
         )
+
+    def _episode_writer(self) -> EpisodeWriter | None:
+        """Retrieval episodes for the training stream (validation and held-out text stay natural)."""
+        if self.retrieval_mix is None:
+            return None
+        return EpisodeWriter(self.retrieval_mix, self.tokenizer.backend_tokenizer, self.seq_len)
 
     # --- loaders ---------------------------------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
@@ -214,6 +226,7 @@ class FineWebEdu(L.LightningDataModule):
                 tokenizer=self.tokenizer_name,
                 seq_len=self.seq_len,
                 text_column=self.text_column,
+                retrieval_mix=asdict(self.retrieval_mix) if self.retrieval_mix else None,
             )
         return self._fingerprint
 

@@ -23,6 +23,8 @@ import torch
 from datasets.distributed import split_dataset_by_node
 from tokenizers import Tokenizer
 
+from blindheads.datamodules.retrieval_mix import EpisodeWriter
+
 DOC_BATCH = 64  # documents tokenized together (the Rust tokenizer parallelises a batch)
 
 
@@ -47,11 +49,13 @@ class TokenWindows(torch.utils.data.IterableDataset):
         world_size: int = 1,
         repeat: bool = True,
         resume: dict[str, Any] | None = None,
+        episodes: EpisodeWriter | None = None,
     ) -> None:
         self.documents, self.tokenizer, self.eos_id = documents, tokenizer, eos_id
         self.seq_len, self.text_column = seq_len, text_column
         self.rank, self.world_size, self.repeat = rank, world_size, repeat
         self.resume = resume or {"next_stream": 0, "streams": {}}
+        self.episodes = episodes  # retrieval episodes mixed into the documents (training streams only)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = torch.utils.data.get_worker_info()
@@ -69,6 +73,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
         """Yield ``(state before the batch, epoch, token arrays)``, starting at ``position``."""
         epoch, state = position["epoch"], position["docs"]
         skip_docs, skip_tokens = position["doc"], position["offset"]
+        cursor = -skip_tokens % self.seq_len  # where in a window the next document starts (positions are boundaries)
         while True:
             docs.set_epoch(epoch)
             if state is not None:
@@ -78,7 +83,10 @@ class TokenWindows(torch.utils.data.IterableDataset):
                 empty = False
                 texts = _checked_texts(batch[self.text_column], state)
                 encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-                arrays = [np.append(np.asarray(e.ids, dtype=np.int64), self.eos_id) for e in encodings]
+                arrays = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+                if self.episodes is not None:
+                    arrays, cursor = self._with_episodes(texts, arrays, epoch, cursor, first=skip_docs)
+                arrays = [np.append(a, self.eos_id) for a in arrays]
                 if skip_docs or skip_tokens:  # resuming inside this batch
                     arrays = (
                         [np.empty(0, np.int64)] * skip_docs
@@ -95,6 +103,15 @@ class TokenWindows(torch.utils.data.IterableDataset):
             if not self.repeat:
                 return
             epoch, state = epoch + 1, None
+
+    def _with_episodes(self, texts: list[str], arrays: list[np.ndarray], epoch: int, cursor: int, first: int):
+        """Documents ``first`` onwards with their episodes; ``cursor`` follows each document's start in its window
+        (the episodes depend on it, so a resumed stream rebuilds the same documents)."""
+        out = list(arrays)
+        for i in range(first, len(arrays)):
+            out[i] = self.episodes.insert(texts[i], arrays[i], epoch, cursor)
+            cursor = (cursor + len(out[i]) + 1) % self.seq_len  # + 1: the EOS that follows
+        return out, cursor
 
     def _windows(self, docs: datasets.IterableDataset, position: dict[str, Any]):
         span = self.seq_len

@@ -1,0 +1,111 @@
+"""The retrieval mix: deterministic, exactly resumable, at its rate, inside one window, and disjoint from the
+evaluation prompts."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from data_fixtures import write_fineweb_parquet
+from test_datamodule import make_datamodule, take
+
+from blindheads.datamodules.retrieval_mix import FACT, KEY_WORDS, RECALL, EpisodeWriter, RetrievalMix
+from blindheads.evaluation import prompts
+
+SMALL = RetrievalMix(rate=0.5, facts=2, min_gap=4, max_gap=16, seed=3)
+
+
+@pytest.fixture
+def files(tmp_path):
+    return [str(p) for p in write_fineweb_parquet(tmp_path, num_files=9, docs_per_file=20)]
+
+
+def mixed(cache_dir, files, mix=SMALL, **kwargs):
+    return make_datamodule(cache_dir, files, seq_len=128, retrieval_mix=mix, **kwargs)
+
+
+def test_the_same_mix_gives_the_same_windows_and_the_seed_changes_them(cache_dir, files):
+    first, second = take(mixed(cache_dir, files), 20), take(mixed(cache_dir, files), 20)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    reseeded = take(mixed(cache_dir, files, RetrievalMix(**{**SMALL.__dict__, "seed": 4})), 20)
+    assert not all(torch.equal(a, b) for a, b in zip(first, reseeded))
+    plain = take(make_datamodule(cache_dir, files, seq_len=128), 20)
+    assert not all(torch.equal(a, b) for a, b in zip(first, plain)), "the mix changes the training windows"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_with_the_mix_is_exact(cache_dir, files, num_workers):
+    """Episodes depend on where a document starts in its window: a resumed stream must rebuild the same ones."""
+    uninterrupted = take(mixed(cache_dir, files, num_workers=num_workers), 45)
+    first = mixed(cache_dir, files, num_workers=num_workers)
+    take(first, 11)
+    second = mixed(cache_dir, files, num_workers=num_workers)
+    second.load_state_dict(first.state_dict())
+    resumed = take(second, 34)
+    for step, (a, b) in enumerate(zip(uninterrupted[11:], resumed), start=11):
+        assert torch.equal(a, b), f"batch {step} differs after resuming"
+
+
+def test_a_changed_mix_is_refused_on_resume(cache_dir, files):
+    state = mixed(cache_dir, files).state_dict()
+    take_state = mixed(cache_dir, files)
+    take(take_state, 3)
+    other = mixed(cache_dir, files, RetrievalMix(**{**SMALL.__dict__, "rate": 0.9}))
+    with pytest.raises(ValueError, match="retrieval_mix: .*'rate': 0.5.* -> .*'rate': 0.9"):
+        other._check_data(take_state.state_dict()["data"])
+    assert state["data"]["retrieval_mix"]["rate"] == 0.5
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.3, 1.0])
+def test_the_rate_is_the_share_of_documents_drawn_and_every_episode_fits_a_window(cache_dir, files, rate):
+    dm = mixed(cache_dir, files, RetrievalMix(**{**SMALL.__dict__, "rate": rate}))
+    loader = dm.train_dataloader()
+    windows = torch.cat([dm.on_after_batch_transfer(b, 0) for b in itertools.islice(loader, 60)])
+    statistics = loader.dataset.episodes.statistics
+    assert statistics["documents"] >= 150
+    assert statistics["drawn"] / statistics["documents"] == pytest.approx(rate, abs=0.08)
+    texts = [dm.tokenizer.decode(w.tolist()) for w in windows]
+    per_window = [(t.count(" code reads ") - t.count(" So the"), t.count(" So the")) for t in texts]
+    assert all(facts == recalls for facts, recalls in per_window), "every fact and its recall share one window"
+    if rate == 0:
+        assert statistics["episodes"] == sum(recalls for _, recalls in per_window) == 0
+    else:  # documents shorter than where their episode must start in the window carry none
+        assert 0 < statistics["episodes"] <= statistics["drawn"]
+        assert sum(recalls for _, recalls in per_window) > 0
+        assert min(statistics["distances"]) >= 4 and max(statistics["distances"]) < 128
+
+
+def test_a_gap_longer_than_a_window_is_refused(cache_dir, files):
+    dm = make_datamodule(cache_dir, files, seq_len=64)
+    with pytest.raises(
+        ValueError, match="max_gap=200 makes episodes of up to .* tokens, longer than a training window"
+    ):
+        EpisodeWriter(RetrievalMix(max_gap=200), dm.tokenizer.backend_tokenizer, 64)
+    with pytest.raises(ValueError, match="rate must lie in \\[0, 1\\], got 1.5"):
+        RetrievalMix(rate=1.5)
+
+
+def test_no_evaluation_prompt_occurs_in_training(cache_dir, files):
+    """Evaluation stays held out: the mix shares no template, key word or phrase with passkey and needle."""
+    assert not set(KEY_WORDS[0] + KEY_WORDS[1]) & set(prompts.NEEDLE_KEY_WORDS[0] + prompts.NEEDLE_KEY_WORDS[1])
+    dm = mixed(cache_dir, files, RetrievalMix(**{**SMALL.__dict__, "rate": 1.0}))
+    text = " ".join(dm.tokenizer.decode(w.tolist()) for b in take(dm, 60) for w in b)
+    assert text.count(" So the") > 100
+    evaluation_phrases = [
+        "pass key",
+        "special magic number",
+        "Remember it",
+        "hidden inside a lot of irrelevant text",
+        "The grass is green",
+        "mentioned in the provided text",
+    ]
+    for phrase in evaluation_phrases:
+        assert phrase.lower() not in text.lower(), phrase
+        assert phrase.lower() not in (FACT + RECALL).lower()
+
+
+def test_validation_stays_natural_text(cache_dir, files):
+    with_mix, without = mixed(cache_dir, files), make_datamodule(cache_dir, files, seq_len=128)
+    assert torch.equal(with_mix.validation_windows(), without.validation_windows())
+    assert torch.equal(with_mix.heldout_tokens(500), without.heldout_tokens(500))
