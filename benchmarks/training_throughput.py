@@ -74,7 +74,7 @@ def main() -> None:
     ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     shapes = {
-        "smoke (4 x 128, 1.4M)": [],
+        "smoke (4 x 128, 8 heads)": [],
         "smollm-148m (30 x 576, 148M)": [
             "--config",
             "configs/experiments/paper.yaml",

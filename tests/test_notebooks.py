@@ -7,6 +7,7 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
+from matplotlib.figure import Figure
 from nbclient import NotebookClient
 from training_runs import REPO, run_cli, tiny_run_args
 
@@ -81,7 +82,16 @@ def test_training_runs_notebook_compares_experiments(tmp_path, cache_dir):
         )
         result = run_cli(["fit", *args])
         assert result.returncode == 0, result.stderr[-3000:]
-    execute("03_training_runs.ipynb", {"runs_dir": str(runs), "output_dir": str(tmp_path / "out")}, tmp_path)
+    results = tmp_path / "results" / "laptop"  # as blindheads grid writes it
+    results.mkdir(parents=True)
+    (results / "summary.md").write_text("| setup | seeds |\n|---|---|\n| alibi | 2 |\n")
+    Figure(figsize=(1, 1)).savefig(results / "retrieval_auc.png")
+    parameters = {"runs_dir": str(runs), "results_dir": str(tmp_path / "results"), "output_dir": str(tmp_path / "out")}
+    book = execute("03_training_runs.ipynb", parameters, tmp_path)
+    outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
+    assert any("| alibi | 2 |" in o.get("data", {}).get("text/markdown", "") for o in outputs)
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert any("no " in o.get("text", "") and "conjecture/summary.md" in o.get("text", "") for o in outputs)
     table = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index("experiment")
     assert sorted(table.index) == ["alibi", "nope"]
     assert (table["step"] == 20).all() and table["val_loss"].between(0, 20).all()

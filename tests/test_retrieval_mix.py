@@ -63,8 +63,8 @@ def test_the_rate_is_the_share_of_documents_drawn_and_every_episode_fits_a_windo
     loader = dm.train_dataloader()
     windows = torch.cat([dm.on_after_batch_transfer(b, 0) for b in itertools.islice(loader, 60)])
     statistics = loader.dataset.episodes.statistics
-    assert statistics["documents"] >= 150
-    assert statistics["drawn"] / statistics["documents"] == pytest.approx(rate, abs=0.08)
+    assert statistics["windows"] >= 150
+    assert statistics["drawn"] / statistics["windows"] == pytest.approx(rate, abs=0.08)
     texts = [dm.tokenizer.decode(w.tolist()) for w in windows]
     per_window = [(t.count(" code reads ") - t.count(" So the"), t.count(" So the")) for t in texts]
     assert all(facts == recalls for facts, recalls in per_window), "every fact and its recall share one window"

@@ -34,11 +34,25 @@ def _lm_eval(argv: list[str]) -> None:
     lm_eval_main(argv)
 
 
+def _grid(argv: list[str]) -> None:
+    from blindheads.experiments.grid import main as grid_main
+
+    grid_main(argv)
+
+
+def _conjecture(argv: list[str]) -> None:
+    from blindheads.experiments.conjecture import main as conjecture_main
+
+    conjecture_main(argv)
+
+
 COMMANDS = {
     "blindness": blindness.main,
     "probe": _probe,
     "export": _export,
     "lm_eval": _lm_eval,
+    "grid": _grid,
+    "conjecture": _conjecture,
     **{name: _lightning(name) for name in ("fit", "validate", "test")},
 }
 SUMMARIES = {
@@ -49,6 +63,8 @@ SUMMARIES = {
     "probe": "measured vs predicted underflow of a published model",
     "export": "a Hugging Face directory from a checkpoint",
     "lm_eval": "lm-evaluation-harness on a checkpoint",
+    "grid": "train and test every position setup at several seeds; one summary table and figures",
+    "conjecture": "can a head blind at a distance learn to use it? the same model under six conditions",
 }
 USAGE = "usage: blindheads {" + ",".join(COMMANDS) + "} [options]   (blindheads COMMAND --help for its options)"
 

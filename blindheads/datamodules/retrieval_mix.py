@@ -6,13 +6,14 @@ every fact in a shuffled order::
     ... The plum gimlet code reads 48213. The onyx wagon code reads 9051. <gap: the document's next tokens>
     So the onyx wagon code reads 9051. So the plum gimlet code reads 48213. <the rest of the document>
 
-The gap is log-uniform in ``[min_gap, max_gap]`` tokens, and every episode lies inside one training window (its
-start is drawn uniformly among the window positions where it fits), so the distance a head must look back is
-controlled exactly: from each recalled value's first token back to the same value in its fact. A document that is
-too short for the drawn gap carries no episode (``EpisodeWriter.statistics`` counts the realised rate).
+Each training window a document covers gets an episode with probability ``rate``. The gap is log-uniform in
+``[min_gap, max_gap]`` tokens, and every episode lies inside one window (its start is drawn uniformly among the
+positions where it fits after the document's start), so the distance a head must look back is controlled exactly:
+from each recalled value's first token back to the same value in its fact. Where a document ends before the gap
+does, that window gets none (``EpisodeWriter.statistics`` counts the realised rate and distances).
 
-Every choice comes from a generator seeded by (mix seed, epoch, the document's text), so a document gets the same
-episode on any machine, world size and resume, and a different one each epoch. The templates, key words and value
+Every choice comes from a generator seeded by (mix seed, epoch, the document's text) and the window position the
+document starts at, so a document gets the same episodes on any machine and resume, and new ones each epoch. The templates, key words and value
 ranges share nothing with the passkey and needle evaluation prompts (``tests/test_retrieval_mix.py`` checks it):
 evaluation stays held out.
 """
@@ -26,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 FACT = " The {key} code reads {value}."
 RECALL = " So the {key} code reads"
@@ -46,14 +48,14 @@ KEY_WORDS = (
         "easel",
     ],
 )
-VALUE_DIGITS = (3, 6)  # values of 3 to 6 digits (passkey uses 5, needle 7)
 
 
 @dataclass(frozen=True)
 class RetrievalMix:
     """Retrieval episodes inserted into the training stream (``FineWebEdu(retrieval_mix=...)``).
 
-    ``rate``: the share of documents that carry an episode (where they are long enough); ``facts``: key-value
+    ``rate``: the probability that a window a document covers gets an episode (so up to ``rate`` episodes per
+    training window; fewer where a document ends first, see ``EpisodeWriter.statistics``); ``facts``: key-value
     facts per episode (more than one makes it associative recall: the key must be matched, not the last number);
     ``min_gap``/``max_gap``: the tokens of text between the facts and the recalls, log-uniform."""
 
@@ -61,6 +63,7 @@ class RetrievalMix:
     facts: int = 2
     min_gap: int = 8
     max_gap: int = 160
+    value_digits: tuple[int, int] = (3, 6)  # values of 3 to 6 digits (passkey uses 5, needle 7)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -68,6 +71,8 @@ class RetrievalMix:
             raise ValueError(f"retrieval_mix.rate must lie in [0, 1], got {self.rate}")
         if self.facts < 1:
             raise ValueError(f"retrieval_mix.facts must be >= 1, got {self.facts}")
+        if not 1 <= self.value_digits[0] <= self.value_digits[1]:
+            raise ValueError(f"retrieval_mix.value_digits must be (min, max) with 1 <= min <= max, got {self.value_digits}")
         if not 1 <= self.min_gap <= self.max_gap:
             raise ValueError(f"retrieval_mix needs 1 <= min_gap <= max_gap, got {self.min_gap} and {self.max_gap}")
 
@@ -77,8 +82,8 @@ class EpisodeWriter:
 
     def __init__(self, mix: RetrievalMix, tokenizer, seq_len: int) -> None:
         self.mix, self.tokenizer, self.seq_len = mix, tokenizer, seq_len
-        # in this process: documents seen, episodes drawn and inserted, recall distances (tokens -> count)
-        self.statistics = {"documents": 0, "drawn": 0, "episodes": 0, "distances": Counter()}
+        # in this process: window slots the documents covered, episodes drawn and inserted, recall distances
+        self.statistics = {"windows": 0, "drawn": 0, "episodes": 0, "distances": Counter()}
         longest = self._episode(random.Random(0), max_gap=mix.max_gap, longest=True)[0]
         if len(longest) > seq_len:
             raise ValueError(
@@ -89,8 +94,8 @@ class EpisodeWriter:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def _episode(self, rng: random.Random, max_gap: int, longest: bool = False):
-        """(facts tokens, recalls as [(prefix tokens, value tokens)], gap) for one episode."""
+    def _episode(self, rng: random.Random, max_gap: int, longest: bool = False, gap: int | None = None):
+        """(template with the gap as zeros, facts tokens, recalls as [(prefix tokens, value tokens)], gap)."""
         keys: set[str] = set()
         while len(keys) < self.mix.facts:
             keys.add(f"{rng.choice(KEY_WORDS[0])} {rng.choice(KEY_WORDS[1])}")
@@ -98,36 +103,45 @@ class EpisodeWriter:
         for key in sorted(keys):
             value = ""
             while not value or value in values:  # distinct values: each recall has one fact to find
-                digits = VALUE_DIGITS[1] if longest else rng.randint(*VALUE_DIGITS)
+                digits = self.mix.value_digits[1] if longest else rng.randint(*self.mix.value_digits)
                 value = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
             values.add(value)
             facts += self.encode(FACT.format(key=key, value=value))
             recalls.append((self.encode(RECALL.format(key=key)), self.encode(f" {value}")))
         rng.shuffle(recalls)
         low, high = math.log(self.mix.min_gap), math.log(max_gap)
-        gap = max_gap if longest else round(math.exp(rng.uniform(low, high)))
+        if gap is None:
+            gap = max_gap if longest else round(math.exp(rng.uniform(low, high)))
         recall_tokens = [t for prefix, value in recalls for t in (*prefix, *value, *self.encode("."))]
         return facts + [0] * gap + recall_tokens, facts, recalls, gap
 
     def insert(self, text: str, tokens: np.ndarray, epoch: int, window_offset: int) -> np.ndarray:
         """``tokens`` of document ``text`` (which starts ``window_offset`` tokens into a training window), with an
-        episode inserted when this document draws one and is long enough (counted in ``statistics``)."""
-        self.statistics["documents"] += 1
+        episode in each window it covers with probability ``rate``, where the episode fits after the document's
+        start and the document has text enough for its gap (all counted in ``statistics``)."""
         rng = random.Random(hashlib.sha256(f"{self.mix.seed}/{epoch}/{text}".encode()).hexdigest())
-        if rng.random() >= self.mix.rate:
-            return tokens
-        self.statistics["drawn"] += 1
-        template, facts, recalls, gap = self._episode(rng, self.mix.max_gap)
-        position = rng.randint(0, self.seq_len - len(template))  # where in a window the episode starts
-        start = (position - window_offset) % self.seq_len  # the first such place in this document
-        if start + gap > len(tokens):
-            return tokens
+        window, out, taken, cursor = self.seq_len, [], 0, window_offset
+        while taken < len(tokens):
+            self.statistics["windows"] += 1
+            if rng.random() < self.mix.rate:
+                self.statistics["drawn"] += 1
+                template, facts, recalls, gap = self._episode(rng, self.mix.max_gap)
+                if cursor <= window - len(template):
+                    lead = rng.randint(cursor, window - len(template)) - cursor  # text before it in this window
+                    if taken + lead + gap <= len(tokens):
+                        self._count(facts, recalls, gap)
+                        out += [tokens[taken : taken + lead], np.asarray(facts, dtype=np.int64)]
+                        out += [tokens[taken + lead : taken + lead + gap], np.asarray(template[len(facts) + gap :])]
+                        taken, cursor = taken + lead + gap, cursor + lead + len(template)
+            rest = min(window - cursor, len(tokens) - taken)  # the window's remaining text
+            out.append(tokens[taken : taken + rest])
+            taken, cursor = taken + rest, (cursor + rest) % window
+        return np.concatenate(out).astype(np.int64) if out else tokens
+
+    def _count(self, facts: list[int], recalls: list, gap: int) -> None:
         self.statistics["episodes"] += 1
         for distance in self._distances(facts, recalls, gap):
             self.statistics["distances"][distance] += 1
-        recall_tokens = np.asarray(template[len(facts) + gap :], dtype=np.int64)
-        pieces = [tokens[:start], np.asarray(facts, dtype=np.int64), tokens[start : start + gap], recall_tokens]
-        return np.concatenate([*pieces, tokens[start + gap :]])
 
     def _distances(self, facts: list[int], recalls: list, gap: int) -> list[int]:
         """For each recall, how far its value's first token lies after the same value in the facts (in tokens)."""
@@ -145,3 +159,30 @@ def _find(haystack: list[int], needle: list[int]) -> int:
         if haystack[i : i + len(needle)] == needle:
             return i
     raise ValueError("a recalled value is missing from its facts")
+
+
+def recall_samples(
+    writer: EpisodeWriter, haystack: list[int], eos: int, length: int, gap: int, count: int, seed: int = 0
+):
+    """Held-out episodes of exactly ``length`` tokens over held-out text: ``[EOS]`` text, the facts, ``gap`` tokens of
+    text, then the first recall, whose value is the answer. Returns ``(RetrievalSample, fact_at)`` pairs, ``fact_at``
+    being where the recalled value starts in the facts (the answer's first token looks that far back, exactly)."""
+    from blindheads.evaluation.prompts import RetrievalSample
+
+    out = []
+    for index in range(count):
+        rng = random.Random(f"recall/{seed}/{length}/{gap}/{index}")
+        _, facts, recalls, _ = writer._episode(rng, writer.mix.max_gap, gap=gap)
+        prefix, value = recalls[0]
+        lead = length - 1 - len(facts) - gap - len(prefix) - len(value)
+        if lead < 0:
+            raise ValueError(f"recall samples of {length} tokens cannot hold a gap of {gap} tokens")
+        offset = rng.randrange(max(1, len(haystack) - lead - gap))
+        text = haystack[offset : offset + lead + gap]
+        tokens = [eos, *text[:lead], *facts, *text[lead:], *prefix, *value]
+        answer_start = length - len(value)
+        fact_at = 1 + lead + _find(facts, value)
+        answer = writer.tokenizer.decode(value).strip()
+        sample = RetrievalSample(length, 0.0, index, torch.tensor(tokens), answer_start, answer)
+        out.append((sample, fact_at))
+    return out

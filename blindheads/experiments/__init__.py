@@ -1,0 +1,1 @@
+"""Experiments made of many runs: the laptop grid and its summary."""

@@ -1,0 +1,103 @@
+"""``blindheads grid``: train every position setup of an experiment config at several seeds, test each, and write one
+summary (CSV, Markdown, figures, ``results.json``).
+
+Each run is a ``blindheads fit`` then ``blindheads test`` subprocess in ``OUT/runs/SETUP/seedS``; ``--parallel``
+runs share the machine (one thread each). A killed grid continues where it stopped: a run with ``results.json`` is
+done, one with ``last.ckpt`` resumes from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from blindheads.experiments.summary import write_summary
+
+# The paper's setups at laptop scale: name -> position spec (the sliding window is 1/8 of the paper's 1024 -> 128).
+SETUPS = {
+    "nope": "nope",
+    "rope": "rope",
+    "alibi": "alibi",
+    "steep": "alibi(steep)",
+    "safe": "alibi(safe)",
+    "wide": "alibi(wide)",
+    "robust": "alibi(robust)",
+    "clamp": "alibi+clamp",
+    "log_distance": "alibi+log_distance",
+    "soft_cap": "alibi+soft_cap(30, where=after)",
+    "sliding_window": "alibi+sliding_window(128)",
+    "clamp_log_distance": "alibi+clamp+log_distance",
+    "wide_clamp_log_distance": "alibi(wide)+clamp+log_distance",
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="blindheads grid", description=__doc__)
+    parser.add_argument("--config", default="configs/experiments/laptop.yaml", help="the experiment config")
+    parser.add_argument("--setups", nargs="+", default=list(SETUPS), help=f"any of {', '.join(SETUPS)}")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--out", default="results/laptop", help="summary directory; runs go to OUT/runs/")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at once (one thread each)")
+    parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit and test")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.setups if s not in SETUPS]
+    if unknown:
+        parser.error(f"unknown setups {unknown}; valid: {', '.join(SETUPS)}")
+    if args.parallel < 1 or not args.seeds:
+        parser.error(f"--parallel must be >= 1 and --seeds non-empty, got {args.parallel} and {args.seeds}")
+    args.extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
+    return args
+
+
+def launch(command: list[str], log: Path, parallel: int, env: dict | None = None) -> None:
+    """``blindheads COMMAND`` in a subprocess, its output in ``log``; one thread when runs share the machine."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    threads = {"OMP_NUM_THREADS": "1"} if parallel > 1 else {}
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-m", "blindheads", *command], stdout=out, stderr=subprocess.STDOUT,
+                              env={**os.environ, **threads, **(env or {})})  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"blindheads {command[0]} failed; see {log}")
+
+
+def run_one(setup: str, seed: int, args: argparse.Namespace) -> dict:
+    """Fit (resuming a killed run) and test one setup at one seed; the run's results with its wall time."""
+    runs = Path(args.out) / "runs"
+    run_dir = runs / setup / f"seed{seed}"
+    results = run_dir / "results.json"
+    if results.exists():  # done (by a grid that may have been killed before recording the run's identity)
+        return {"setup": setup, "seed": seed, "position": SETUPS[setup], **json.loads(results.read_text())}
+    common = [
+        "--config", args.config, "--model.decoder.position", SETUPS[setup], "--seed_everything", str(seed),
+        "--trainer.logger.init_args.save_dir", str(runs), "--trainer.logger.init_args.name", setup,
+        "--trainer.logger.init_args.version", f"seed{seed}", *args.extra,
+    ]  # fmt: skip
+    resume = ["--ckpt_path", "last"] if (run_dir / "checkpoints" / "last.ckpt").exists() else []
+    started = time.monotonic()
+    for command in (["fit", *common, *resume], ["test", *common, "--ckpt_path", "last"]):
+        launch(command, run_dir.parent / f"seed{seed}.{command[0]}.log", args.parallel)
+    record = json.loads(results.read_text())
+    record.update(setup=setup, seed=seed, position=SETUPS[setup], wall_s=round(time.monotonic() - started, 1))
+    if resume:
+        record["resumed"] = True  # its wall time counts only the part after the resume
+    results.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"{setup} seed {seed}: done in {record['wall_s']:.0f} s", flush=True)
+    return record
+
+
+def main(argv: list[str]) -> list[dict]:
+    args = parse_args(argv)
+    started = time.monotonic()
+    jobs = [(setup, seed) for setup in args.setups for seed in args.seeds]
+    with ThreadPoolExecutor(args.parallel) as pool:
+        records = list(pool.map(lambda job: run_one(*job, args), jobs))
+    command = "blindheads grid " + " ".join(argv)
+    write_summary(Path(args.out), records, command=command, wall_s=time.monotonic() - started)
+    print(f"summary: {Path(args.out) / 'summary.md'}")
+    return records

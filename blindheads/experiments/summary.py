@@ -1,0 +1,158 @@
+"""The grid's summary: one row per setup (mean and spread over seeds), in CSV and Markdown, three figures, and a
+``results.json`` that records every run with the command, versions and wall time."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import re
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+COLUMNS = {  # summary column -> test metric
+    "loss_1x": "test/loss",
+    "loss_2x": "test/extrapolation/2x/loss",
+    "loss_4x": "test/extrapolation/4x/loss",
+    "passkey_auc_in": "test/passkey/auc_in_domain",
+    "passkey_auc_out": "test/passkey/auc_out_of_domain",
+    "needle_auc_in": "test/needle/auc_in_domain",
+    "needle_auc_out": "test/needle/auc_out_of_domain",
+    "underflow_1x": "test/underflow/mean_1x",
+    "underflow_4x": "test/underflow/mean_4x",
+}
+HEAD = re.compile(r"^test/underflow/layer(\d+)/head(\d+)$")
+PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")
+
+
+def run_rows(records: list[dict]) -> pd.DataFrame:
+    """One row per run: setup, seed, the summary columns, wall time."""
+    rows = []
+    for record in records:
+        metrics = record.get("metrics", {})
+        row = {"setup": record["setup"], "seed": record["seed"], "step": record.get("global_step")}
+        row.update({column: _number(metrics.get(tag)) for column, tag in COLUMNS.items()})
+        row["wall_s"] = record.get("wall_s")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def per_head_underflow(records: list[dict]) -> pd.DataFrame:
+    """Setup x head: the share of causal weights exactly zero at 1x, mean over layers and seeds."""
+    rows = []
+    for record in records:
+        for tag, value in record.get("metrics", {}).items():
+            match = HEAD.match(tag)
+            if match and _number(value) is not None:
+                rows.append({"setup": record["setup"], "head": int(match[2]), "value": float(value)})
+    if not rows:
+        return pd.DataFrame()
+    frame = pd.DataFrame(rows).groupby(["setup", "head"])["value"].mean().unstack("head")
+    return frame.reindex([r["setup"] for r in records if r["setup"] in frame.index]).drop_duplicates()
+
+
+def by_setup(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and half the min-max range over seeds, per setup, in the runs' order."""
+    order = list(dict.fromkeys(runs["setup"]))
+    values = runs.drop(columns=["seed", "step"]).groupby("setup", sort=False)
+    mean, spread = values.mean(), (values.max() - values.min()) / 2
+    table = mean.join(spread, rsuffix="_spread").reindex(order)
+    table.insert(0, "seeds", runs.groupby("setup", sort=False)["seed"].count().reindex(order))
+    return table
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """Each column as ``mean ± spread`` (spread: half the range over seeds)."""
+    columns = [c for c in table.columns if not c.endswith("_spread") and c != "seeds"]
+    lines = ["| setup | seeds | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    for setup, row in table.iterrows():
+        cells = []
+        for column in columns:
+            value, spread = row[column], row.get(f"{column}_spread", math.nan)
+            digits = 0 if column == "wall_s" else 3
+            cells.append("n/a" if pd.isna(value) else f"{value:.{digits}f} ± {spread:.{digits}f}")
+        lines.append(f"| {setup} | {int(row['seeds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def figures(out: Path, runs: pd.DataFrame, heads: pd.DataFrame) -> None:
+    order = list(dict.fromkeys(runs["setup"]))
+    x = np.arange(len(order))
+    figure = Figure(figsize=(max(8, 0.7 * len(order)), 6))
+    for axis, task in zip(figure.subplots(2, 1, sharex=True), ("passkey", "needle")):
+        for offset, domain in ((-0.2, "in"), (0.2, "out")):
+            column = f"{task}_auc_{domain}"
+            means = runs.groupby("setup", sort=False)[column].mean().reindex(order)
+            axis.bar(x + offset, means, width=0.4, label=f"{'in' if domain == 'in' else 'beyond'} the training length")
+            for i, setup in enumerate(order):
+                seeds = runs.loc[runs["setup"] == setup, column]
+                axis.plot([i + offset] * len(seeds), seeds, "k.", markersize=4)
+        axis.set_ylabel(f"{task} AUC")
+        axis.set_ylim(0, 1)
+    axis.set_xticks(x, order, rotation=45, ha="right")
+    figure.axes[0].legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(out / "retrieval_auc.png", dpi=120)
+
+    figure = Figure(figsize=(7, 4))
+    axis = figure.subplots()
+    for setup in order:
+        losses = runs.loc[runs["setup"] == setup, ["loss_1x", "loss_2x", "loss_4x"]].mean()
+        axis.plot([1, 2, 4], losses.to_numpy(), marker="o", label=setup)
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("evaluation length / training length")
+    axis.set_ylabel("held-out loss")
+    axis.legend(fontsize="x-small", ncol=2)
+    figure.tight_layout()
+    figure.savefig(out / "loss_by_length.png", dpi=120)
+
+    if not heads.empty:
+        figure = Figure(figsize=(1.5 + 0.5 * heads.shape[1], 1.0 + 0.35 * heads.shape[0]))
+        axis = figure.subplots()
+        image = axis.imshow(heads.to_numpy(), vmin=0, vmax=max(1e-3, float(np.nanmax(heads.to_numpy()))), cmap="magma")
+        axis.set_xticks(range(heads.shape[1]), [str(h) for h in heads.columns])
+        axis.set_yticks(range(heads.shape[0]), list(heads.index))
+        axis.set_xlabel("head")
+        axis.set_title("share of causal weights exactly zero at 1x (mean over layers, seeds)")
+        figure.colorbar(image, ax=axis)
+        figure.tight_layout()
+        figure.savefig(out / "underflow_per_head.png", dpi=120)
+
+
+def write_summary(out: Path, records: list[dict], command: str, wall_s: float) -> pd.DataFrame:
+    out.mkdir(parents=True, exist_ok=True)
+    runs = run_rows(records)
+    table = by_setup(runs)
+    heads = per_head_underflow(records)
+    runs.to_csv(out / "runs.csv", index=False)
+    table.to_csv(out / "summary.csv")
+    (out / "summary.md").write_text(markdown(table))
+    if not heads.empty:
+        heads.to_csv(out / "underflow_per_head.csv")
+    figures(out, runs, heads)
+    provenance = {
+        "command": command,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(wall_s, 1),
+        "seeds": sorted({r["seed"] for r in records}),
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {_cpus()} CPUs",
+        "versions": {name: version(name) for name in PACKAGES},
+    }
+    (out / "results.json").write_text(json.dumps({**provenance, "runs": records}, indent=2) + "\n")
+    return table
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
