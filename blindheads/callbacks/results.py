@@ -48,6 +48,8 @@ class ResultsFile(L.Callback):
                 print(f"  {key:<48} {value:.4g}" if isinstance(value, float) else f"  {key:<48} {value}")
         retrieval = [v for k, v in metrics.items() if re.match(r"^test/(passkey|needle)/acc_in_domain$", k)]
         if retrieval and not any(isinstance(v, float) and v > 0 for v in retrieval):
-            print(f"  retrieval: no passkey or needle prompt answered inside the training length; this model is too "
-                  f"small or too briefly trained to retrieve. {LAPTOP_RESULTS} shows what the suite measures at "
-                  "laptop scale")
+            print(
+                f"  retrieval: no passkey or needle prompt answered inside the training length; this model is too "
+                f"small or too briefly trained to retrieve. {LAPTOP_RESULTS} shows what the suite measures at "
+                "laptop scale"
+            )

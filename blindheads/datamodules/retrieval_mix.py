@@ -72,7 +72,9 @@ class RetrievalMix:
         if self.facts < 1:
             raise ValueError(f"retrieval_mix.facts must be >= 1, got {self.facts}")
         if not 1 <= self.value_digits[0] <= self.value_digits[1]:
-            raise ValueError(f"retrieval_mix.value_digits must be (min, max) with 1 <= min <= max, got {self.value_digits}")
+            raise ValueError(
+                f"retrieval_mix.value_digits must be (min, max) with 1 <= min <= max, got {self.value_digits}"
+            )
         if not 1 <= self.min_gap <= self.max_gap:
             raise ValueError(f"retrieval_mix needs 1 <= min_gap <= max_gap, got {self.min_gap} and {self.max_gap}")
 
