@@ -45,6 +45,16 @@ CONDITIONS = {
     "nope": ("nope", {}),
 }
 NEAR, FAR = 8, 128
+# The simplest retrieval signal, to give every condition its best chance: an episode in every window, one fact,
+# a one-digit value (``So the plum gimlet code reads 7``: a 1-in-9 guess unless the fact is seen).
+MIX = [
+    "--data.retrieval_mix.rate",
+    "1.0",
+    "--data.retrieval_mix.facts",
+    "1",
+    "--data.retrieval_mix.value_digits",
+    "[1, 1]",
+]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -54,7 +64,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--every", type=int, default=100, help="steps between recall measurements")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="results/conjecture")
+    parser.add_argument("--out", default="results/conjecture", help="summary directory (tables, figures, results.json)")
+    parser.add_argument("--runs", default="runs/conjecture", help="the runs' directory (checkpoints, logs)")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit")
     args = parser.parse_args(argv)
@@ -66,7 +77,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run_condition(name: str, args: argparse.Namespace) -> dict:
-    runs = Path(args.out) / "runs"
+    runs = Path(args.runs)
     run_dir = runs / name / f"seed{args.seed}"
     done = run_dir / "done.json"
     if done.exists():
@@ -79,7 +90,7 @@ def run_condition(name: str, args: argparse.Namespace) -> dict:
         "--trainer.logger.init_args.version", f"seed{args.seed}",
         "--trainer.callbacks+=blindheads.callbacks.episode_recall.EpisodeRecall",
         f"--trainer.callbacks.every_n_steps={args.every}", f"--trainer.callbacks.gaps=[{NEAR}, {FAR}]",
-        *args.extra,
+        "--trainer.callbacks.samples=64", *MIX, *args.extra,
     ]  # fmt: skip
     if (run_dir / "checkpoints" / "last.ckpt").exists():
         command += ["--ckpt_path", "last"]
@@ -91,11 +102,11 @@ def run_condition(name: str, args: argparse.Namespace) -> dict:
     return record
 
 
-def curves(out: Path, conditions: list[str], seed: int) -> pd.DataFrame:
+def curves(runs: Path, conditions: list[str], seed: int) -> pd.DataFrame:
     """Every ``recall/`` scalar of every condition: columns condition, tag, step, value."""
     frames = []
     for name in conditions:
-        frame = scalars(out / "runs" / name / f"seed{seed}")
+        frame = scalars(runs / name / f"seed{seed}")
         frames.append(frame[frame["tag"].str.startswith("recall/")].assign(condition=name))
     return pd.concat(frames, ignore_index=True)
 
@@ -160,7 +171,8 @@ def main(argv: list[str]) -> pd.DataFrame:
     with ThreadPoolExecutor(args.parallel) as pool:
         records = list(pool.map(lambda name: run_condition(name, args), args.conditions))
     out = Path(args.out)
-    data = curves(out, args.conditions, args.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    data = curves(Path(args.runs), args.conditions, args.seed)
     data.to_csv(out / "curves.csv", index=False)
     table = summarize(out, data, args.conditions)
     plot(out, data, args.conditions)

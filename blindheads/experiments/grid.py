@@ -1,7 +1,8 @@
 """``blindheads grid``: train every position setup of an experiment config at several seeds, test each, and write one
 summary (CSV, Markdown, figures, ``results.json``).
 
-Each run is a ``blindheads fit`` then ``blindheads test`` subprocess in ``OUT/runs/SETUP/seedS``; ``--parallel``
+Each run is a ``blindheads fit`` then ``blindheads test`` subprocess in ``RUNS/SETUP/seedS`` (checkpoints and
+TensorBoard logs, kept out of the summary folder); ``--parallel``
 runs share the machine (one thread each). A killed grid continues where it stopped: a run with ``results.json`` is
 done, one with ``last.ckpt`` resumes from it.
 """
@@ -42,7 +43,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--config", default="configs/experiments/laptop.yaml", help="the experiment config")
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), help=f"any of {', '.join(SETUPS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--out", default="results/laptop", help="summary directory; runs go to OUT/runs/")
+    parser.add_argument("--out", default="results/laptop", help="summary directory (tables, figures, results.json)")
+    parser.add_argument("--runs", default="runs/laptop-grid", help="the runs' directory (checkpoints, logs)")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (one thread each)")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit and test")
     args = parser.parse_args(argv)
@@ -68,7 +70,7 @@ def launch(command: list[str], log: Path, parallel: int, env: dict | None = None
 
 def run_one(setup: str, seed: int, args: argparse.Namespace) -> dict:
     """Fit (resuming a killed run) and test one setup at one seed; the run's results with its wall time."""
-    runs = Path(args.out) / "runs"
+    runs = Path(args.runs)
     run_dir = runs / setup / f"seed{seed}"
     results = run_dir / "results.json"
     if results.exists():  # done (by a grid that may have been killed before recording the run's identity)

@@ -23,6 +23,8 @@ COLUMNS = {  # summary column -> test metric
     "passkey_auc_out": "test/passkey/auc_out_of_domain",
     "needle_auc_in": "test/needle/auc_in_domain",
     "needle_auc_out": "test/needle/auc_out_of_domain",
+    "recall_near": "test/recall/gap8/exact",
+    "recall_far": "test/recall/gap128/exact",
     "underflow_1x": "test/underflow/mean_1x",
     "underflow_4x": "test/underflow/mean_4x",
 }
