@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
+from matplotlib.figure import Figure
 
 
 class PeriodicEvaluation(L.Callback):
@@ -56,12 +59,13 @@ def evaluated_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
     return step if step is not None and trainer.state.fn in ("validate", "test") else trainer.global_step
 
 
-def tensorboard(trainer: L.Trainer):
-    """The TensorBoard writer on rank 0, else ``None``."""
+def log_figures(trainer: L.Trainer, pl_module: L.LightningModule, figures: dict[str, Callable[[int], Figure]]) -> None:
+    """``{tag: build(step)}`` to TensorBoard at the evaluated step, on rank 0; built only where they are written."""
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger) and trainer.is_global_zero:
-            return logger.experiment
-    return None
+            step = evaluated_step(trainer, pl_module)
+            for tag, build in figures.items():
+                logger.experiment.add_figure(tag, build(step), step)
 
 
 def log_scalars(trainer: L.Trainer, pl_module: L.LightningModule, scalars: dict[str, float], prefix: str) -> None:

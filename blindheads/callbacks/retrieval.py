@@ -8,14 +8,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 
-from blindheads.callbacks.periodic import (
-    PeriodicEvaluation,
-    evaluated_step,
-    log_scalars,
-    scaled_lengths,
-    tensorboard,
-    training_length,
-)
+from blindheads.callbacks.periodic import PeriodicEvaluation, log_figures, log_scalars, scaled_lengths, training_length
 from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
@@ -85,10 +78,8 @@ class RetrievalEval(PeriodicEvaluation):
         for length, depth, exact, _, _ in summary.cells():
             scalars[f"{prefix}{self.task}/exact/len{length}/depth{round(depth * 100)}"] = exact
         log_scalars(trainer, pl_module, scalars, prefix)
-        writer = tensorboard(trainer)
-        if writer is not None:
-            step = evaluated_step(trainer, pl_module)
-            writer.add_figure(f"{prefix}{self.task}/heatmap", grid_heatmap(summary, f"{self.task}, step {step}"), step)
+        heatmap = {f"{prefix}{self.task}/heatmap": lambda step: grid_heatmap(summary, f"{self.task}, step {step}")}
+        log_figures(trainer, pl_module, heatmap)
         log_dir = trainer.log_dir  # a collective under DDP: every rank reads it
         if prefix == "test/" and trainer.is_global_zero and log_dir:
             path = Path(log_dir) / f"{self.task}.json"

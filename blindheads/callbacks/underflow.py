@@ -9,14 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from blindheads.blindness import first_blind_token, predicted_blind_distances
-from blindheads.callbacks.periodic import (
-    PeriodicEvaluation,
-    evaluated_step,
-    log_scalars,
-    scaled_lengths,
-    tensorboard,
-    training_length,
-)
+from blindheads.callbacks.periodic import PeriodicEvaluation, log_figures, log_scalars, scaled_lengths, training_length
 from blindheads.evaluation.contexts import evaluating, forward_hooks
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
 from blindheads.evaluation.underflow import GradientStatistics, ZeroStatistics, gradient_statistics, zero_statistics
@@ -176,13 +169,11 @@ class UnderflowMonitor(PeriodicEvaluation):
         for softmax, distances in predicted.items():
             _per_head(scalars, f"{prefix}blind_distance_predicted/{softmax}", distances)
         log_scalars(trainer, pl_module, scalars, prefix)
-        writer = tensorboard(trainer)
-        if writer is not None:
-            step = evaluated_step(trainer, pl_module)
-            writer.add_figure(f"{prefix}underflow/heatmap", zero_share_heatmap(at_base), step)
-            writer.add_figure(
-                f"{prefix}underflow/by_distance", zero_share_by_distance(longest, predicted["materialized"]), step
-            )
+        figures = {
+            f"{prefix}underflow/heatmap": lambda _: zero_share_heatmap(at_base),
+            f"{prefix}underflow/by_distance": lambda _: zero_share_by_distance(longest, predicted["materialized"]),
+        }
+        log_figures(trainer, pl_module, figures)
         return scalars
 
 

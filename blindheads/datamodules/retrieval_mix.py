@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from blindheads.evaluation.prompts import RetrievalSample
+
 FACT = " The {key} code reads {value}."
 RECALL = " So the {key} code reads"
 KEY_WORDS = (
@@ -169,8 +171,6 @@ def recall_samples(
     """Held-out episodes of exactly ``length`` tokens over held-out text: ``[EOS]`` text, the facts, ``gap`` tokens of
     text, then the first recall, whose value is the answer. Returns ``(RetrievalSample, fact_at)`` pairs, ``fact_at``
     being where the recalled value starts in the facts (the answer's first token looks that far back, exactly)."""
-    from blindheads.evaluation.prompts import RetrievalSample
-
     out = []
     for index in range(count):
         rng = random.Random(f"recall/{seed}/{length}/{gap}/{index}")

@@ -61,7 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="blindheads conjecture", description=__doc__)
     parser.add_argument("--config", default="configs/experiments/laptop.yaml", help="the model and data")
     parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), help=f"any of {', '.join(CONDITIONS)}")
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=700)
     parser.add_argument("--every", type=int, default=100, help="steps between recall measurements")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/conjecture", help="summary directory (tables, figures, results.json)")

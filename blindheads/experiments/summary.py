@@ -16,7 +16,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 COLUMNS = {  # summary column -> test metric
-    "loss_1x": "test/loss",
+    "val_loss": "test/loss",
+    "loss_1x": "test/extrapolation/1x/loss",
     "loss_2x": "test/extrapolation/2x/loss",
     "loss_4x": "test/extrapolation/4x/loss",
     "passkey_auc_in": "test/passkey/auc_in_domain",
@@ -140,7 +141,8 @@ def write_summary(out: Path, records: list[dict], command: str, wall_s: float) -
     provenance = {
         "command": command,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(wall_s, 1),
+        "wall_s": round(wall_s, 1),  # this invocation (a resumed grid counts only its own part)
+        "runs_wall_s": round(sum(r.get("wall_s") or 0 for r in records), 1),  # every run, fit and test
         "seeds": sorted({r["seed"] for r in records}),
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {_cpus()} CPUs",
