@@ -8,8 +8,9 @@ import lightning as L
 import torch
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars
-from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix, recall_samples
+from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.evaluation.contexts import evaluating, forward_hooks
+from blindheads.evaluation.recall import recall_samples
 from blindheads.evaluation.scoring import score_samples
 
 

@@ -27,9 +27,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-
-from blindheads.evaluation.prompts import RetrievalSample
 
 FACT = " The {key} code reads {value}."
 RECALL = " So the {key} code reads"
@@ -152,39 +149,15 @@ class EpisodeWriter:
         distances, cursor = [], len(facts) + gap
         for prefix, value in recalls:
             answer_at = cursor + len(prefix)
-            fact_at = _find(facts, value)
+            fact_at = find(facts, value)
             distances.append(answer_at - fact_at)
             cursor = answer_at + len(value) + len(self.encode("."))
         return distances
 
 
-def _find(haystack: list[int], needle: list[int]) -> int:
+def find(haystack: list[int], needle: list[int]) -> int:
+    """Where ``needle`` first starts in ``haystack``."""
     for i in range(len(haystack) - len(needle) + 1):
         if haystack[i : i + len(needle)] == needle:
             return i
     raise ValueError("a recalled value is missing from its facts")
-
-
-def recall_samples(
-    writer: EpisodeWriter, haystack: list[int], eos: int, length: int, gap: int, count: int, seed: int = 0
-):
-    """Held-out episodes of exactly ``length`` tokens over held-out text: ``[EOS]`` text, the facts, ``gap`` tokens of
-    text, then the first recall, whose value is the answer. Returns ``(RetrievalSample, fact_at)`` pairs, ``fact_at``
-    being where the recalled value starts in the facts (the answer's first token looks that far back, exactly)."""
-    out = []
-    for index in range(count):
-        rng = random.Random(f"recall/{seed}/{length}/{gap}/{index}")
-        _, facts, recalls, _ = writer._episode(rng, writer.mix.max_gap, gap=gap)
-        prefix, value = recalls[0]
-        lead = length - 1 - len(facts) - gap - len(prefix) - len(value)
-        if lead < 0:
-            raise ValueError(f"recall samples of {length} tokens cannot hold a gap of {gap} tokens")
-        offset = rng.randrange(max(1, len(haystack) - lead - gap))
-        text = haystack[offset : offset + lead + gap]
-        tokens = [eos, *text[:lead], *facts, *text[lead:], *prefix, *value]
-        answer_start = length - len(value)
-        fact_at = 1 + lead + _find(facts, value)
-        answer = writer.tokenizer.decode(value).strip()
-        sample = RetrievalSample(length, 0.0, index, torch.tensor(tokens), answer_start, answer)
-        out.append((sample, fact_at))
-    return out
