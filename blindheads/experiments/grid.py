@@ -100,6 +100,6 @@ def main(argv: list[str]) -> list[dict]:
     with ThreadPoolExecutor(args.parallel) as pool:
         records = list(pool.map(lambda job: run_one(*job, args), jobs))
     command = "blindheads grid " + " ".join(argv)
-    write_summary(Path(args.out), records, command=command, wall_s=time.monotonic() - started)
+    write_summary(Path(args.out), records, command=command, wall_s=time.monotonic() - started, runs=Path(args.runs))
     print(f"summary: {Path(args.out) / 'summary.md'}")
     return records

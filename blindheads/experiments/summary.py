@@ -56,7 +56,7 @@ def per_head_underflow(records: list[dict]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     frame = pd.DataFrame(rows).groupby(["setup", "head"])["value"].mean().unstack("head")
-    return frame.reindex([r["setup"] for r in records if r["setup"] in frame.index]).drop_duplicates()
+    return frame.reindex(list(dict.fromkeys(r["setup"] for r in records if r["setup"] in frame.index)))
 
 
 def by_setup(runs: pd.DataFrame) -> pd.DataFrame:
@@ -127,8 +127,11 @@ def figures(out: Path, runs: pd.DataFrame, heads: pd.DataFrame) -> None:
         figure.savefig(out / "underflow_per_head.png", dpi=120)
 
 
-def write_summary(out: Path, records: list[dict], command: str, wall_s: float) -> pd.DataFrame:
+def write_summary(
+    out: Path, records: list[dict], command: str, wall_s: float, runs: Path | None = None
+) -> pd.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
+    span = _span_s(runs) if runs is not None else None
     runs = run_rows(records)
     table = by_setup(runs)
     heads = per_head_underflow(records)
@@ -143,6 +146,7 @@ def write_summary(out: Path, records: list[dict], command: str, wall_s: float) -
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(wall_s, 1),  # this invocation (a resumed grid counts only its own part)
         "runs_wall_s": round(sum(r.get("wall_s") or 0 for r in records), 1),  # every run, fit and test
+        "span_s": span,  # from the first run's first log to the last results file: the grid's wall time
         "seeds": sorted({r["seed"] for r in records}),
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {_cpus()} CPUs",
@@ -150,6 +154,14 @@ def write_summary(out: Path, records: list[dict], command: str, wall_s: float) -
     }
     (out / "results.json").write_text(json.dumps({**provenance, "runs": records}, indent=2) + "\n")
     return table
+
+
+def _span_s(runs: Path) -> float | None:
+    """Seconds from the earliest TensorBoard event file's creation (its name holds the time) to the newest
+    ``results.json``: the grid's wall time, read from what it wrote, across resumed invocations."""
+    starts = [int(p.name.split(".")[3]) for p in runs.rglob("events.out.tfevents.*")]
+    ends = [p.stat().st_mtime for p in runs.rglob("results.json")]
+    return round(max(ends) - min(starts), 1) if starts and ends else None
 
 
 def _number(value) -> float | None:
