@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 COLUMNS = {  # summary column -> test metric
@@ -104,6 +105,7 @@ def figures(out: Path, runs: pd.DataFrame, heads: pd.DataFrame) -> None:
 
     figure = Figure(figsize=(7, 4))
     axis = figure.subplots()
+    axis.set_prop_cycle(color=colormaps["tab20"].colors)  # a colour per setup
     for setup in order:
         losses = runs.loc[runs["setup"] == setup, ["loss_1x", "loss_2x", "loss_4x"]].mean()
         axis.plot([1, 2, 4], losses.to_numpy(), marker="o", label=setup)
@@ -121,7 +123,7 @@ def figures(out: Path, runs: pd.DataFrame, heads: pd.DataFrame) -> None:
         axis.set_xticks(range(heads.shape[1]), [str(h) for h in heads.columns])
         axis.set_yticks(range(heads.shape[0]), list(heads.index))
         axis.set_xlabel("head")
-        axis.set_title("share of causal weights exactly zero at 1x (mean over layers, seeds)")
+        axis.set_title("weights exactly zero at 1x\n(share of causal pairs, mean over layers and seeds)")
         figure.colorbar(image, ax=axis)
         figure.tight_layout()
         figure.savefig(out / "underflow_per_head.png", dpi=120)
