@@ -12,8 +12,8 @@ from training_runs import REPO, run_cli
 @pytest.mark.slow
 def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_path):
     out = tmp_path / "grid"
-    shrink = ["--config", str(REPO / "configs/size/tiny.yaml"), "--data.cache_dir", str(cache_dir),
-              "--trainer.max_steps", "3", "--data.batch_size", "2", "--data.val_windows", "2"]  # fmt: skip
+    shrink = ["--data.cache_dir", str(cache_dir), "--trainer.max_steps", "3", "--data.batch_size", "2",
+              "--data.val_windows", "2"]  # fmt: skip
     command = ["grid", "--config", str(REPO / "configs/experiments/laptop.yaml"), "--setups", "alibi", "nope",
                "--seeds", "0", "--out", str(out), "--runs", str(tmp_path / "runs"), "--", *shrink]  # fmt: skip
     first = run_cli(command)
