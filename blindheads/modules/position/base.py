@@ -34,12 +34,14 @@ class PositionComponent(nn.Module):
         return q, k
 
     def distance(self, d: Tensor) -> Tensor:
+        """The distance the bias is computed from (``log_distance`` rescales it)."""
         return d
 
     def inverse_distance(self, d: Tensor) -> Tensor:
         return d
 
     def bias(self, d: Tensor, h: Tensor) -> Tensor | None:
+        """The additive bias of head ``h`` for keys ``d`` back; ``None``: this component adds none."""
         return None
 
     def inverse_bias(self, bias: Tensor, h: Tensor) -> Tensor:
@@ -54,9 +56,11 @@ class PositionComponent(nn.Module):
         return bias
 
     def scores(self, s: Tensor) -> Tensor:
+        """q.k before the bias is added (``soft_cap(where=before)`` bounds it here)."""
         return s
 
     def logits(self, s: Tensor) -> Tensor:
+        """The logit once the bias is added (``soft_cap`` after the bias bounds it here)."""
         return s
 
     def inverse_logits(self, s: Tensor) -> Tensor:
