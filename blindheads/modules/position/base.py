@@ -33,12 +33,11 @@ class PositionComponent(nn.Module):
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         return q, k
 
-    def distance(self, d: Tensor) -> Tensor:
-        """The distance the bias is computed from (``log_distance`` rescales it)."""
-        return d
+    def unchanged(self, x: Tensor) -> Tensor:
+        """A stage this component leaves alone (each stage is named in the module docstring)."""
+        return x
 
-    def inverse_distance(self, d: Tensor) -> Tensor:
-        return d
+    distance = inverse_distance = limit_bias = inverse_limit_bias = scores = logits = inverse_logits = unchanged
 
     def bias(self, d: Tensor, h: Tensor) -> Tensor | None:
         """The additive bias of head ``h`` for keys ``d`` back; ``None``: this component adds none."""
@@ -47,24 +46,6 @@ class PositionComponent(nn.Module):
     def inverse_bias(self, bias: Tensor, h: Tensor) -> Tensor:
         """The transformed distance at which this head's bias equals ``bias``."""
         raise NotImplementedError
-
-    def limit_bias(self, bias: Tensor) -> Tensor:
-        return bias
-
-    def inverse_limit_bias(self, bias: Tensor) -> Tensor:
-        """The bias before limiting that gives ``bias``; ``-inf`` where no bias can (the limit is never reached)."""
-        return bias
-
-    def scores(self, s: Tensor) -> Tensor:
-        """q.k before the bias is added (``soft_cap(where=before)`` bounds it here)."""
-        return s
-
-    def logits(self, s: Tensor) -> Tensor:
-        """The logit once the bias is added (``soft_cap`` after the bias bounds it here)."""
-        return s
-
-    def inverse_logits(self, s: Tensor) -> Tensor:
-        return s
 
     def allowed(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor | None:
         return None
