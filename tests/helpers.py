@@ -8,6 +8,9 @@ import signal
 import lightning as L
 import torch
 
+from blindheads.modules.config import DecoderConfig
+from blindheads.modules.lm import DecoderLM
+
 
 class KillAtStep(L.Callback):
     """SIGKILLs the whole process group (every DDP rank) once ``step`` optimiser steps are done."""
@@ -53,3 +56,17 @@ class PoisonGradientAtStep(L.Callback):
         if trainer.global_step == self.step:
             pl_module.decoder.embed.weight.grad[0, 0] = float("nan")
             self.before = {k: v.clone() for k, v in pl_module.state_dict().items()}
+
+
+def tiny_lm(lm: dict | None = None, **decoder) -> DecoderLM:
+    """The tiny preset as a LightningModule for the builtin tokenizer, on the SDPA path; ``decoder`` overrides fields."""
+    return DecoderLM(
+        DecoderConfig.from_preset("tiny", **{"vocab_size": 4096, "attention": "sdpa", **decoder}), **(lm or {})
+    )
+
+
+def cpu_trainer(**kwargs) -> L.Trainer:
+    """A quiet CPU trainer: no logger, validation, checkpoints, progress bar or summary unless ``kwargs`` ask."""
+    quiet = {"logger": False, "limit_val_batches": 0, "enable_checkpointing": False, "enable_progress_bar": False,
+             "enable_model_summary": False}  # fmt: skip
+    return L.Trainer(accelerator="cpu", **{**quiet, **kwargs})

@@ -1,14 +1,12 @@
 """EpisodeRecall: held-out episodes at fixed gaps, the answer's attention weight per head, learnable slopes."""
 
-import lightning as L
 import pytest
 import torch
+from helpers import cpu_trainer, tiny_lm
 
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.retrieval_mix import RetrievalMix
-from blindheads.modules.config import PRESETS, DecoderConfig
-from blindheads.modules.lm import DecoderLM
 
 BLIND_AT_48 = "alibi(blind_distances=[48, 48, 48, 48], learnable=True)"
 
@@ -16,12 +14,9 @@ BLIND_AT_48 = "alibi(blind_distances=[48, 48, 48, 48], learnable=True)"
 def trained(cache_dir, position: str):
     data = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=256, batch_size=2, cache_dir=str(cache_dir),
                       num_workers=0, val_windows=2, retrieval_mix=RetrievalMix(max_gap=128))  # fmt: skip
-    config = {**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa", "dtype": "float32",
-              "context_length": 256, "position": position}  # fmt: skip
-    model = DecoderLM(DecoderConfig(**config), warmup_steps=1)
+    model = tiny_lm({"warmup_steps": 1}, dtype="float32", context_length=256, position=position)
     recall = EpisodeRecall(every_n_steps=None, gaps=[8, 128], samples=6, batch_size=4)
-    trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=False, limit_val_batches=0, callbacks=[recall],
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer = cpu_trainer(max_steps=1, callbacks=[recall])
     trainer.fit(model, datamodule=data)
     torch.set_flush_denormal(True)  # as blindheads fit does: the float32 `normal` threshold
     try:

@@ -4,12 +4,10 @@ and never checkpointed."""
 import lightning as L
 import pytest
 import torch
-from helpers import PoisonGradientAtStep
+from helpers import PoisonGradientAtStep, cpu_trainer, tiny_lm
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from blindheads.datamodules.fineweb import FineWebEdu
-from blindheads.modules.config import PRESETS, DecoderConfig
-from blindheads.modules.lm import DecoderLM
 
 
 def fit(cache_dir, tmp_path, callbacks, **decoder):
@@ -22,17 +20,10 @@ def fit(cache_dir, tmp_path, callbacks, **decoder):
         num_workers=0,
         val_windows=4,
     )
-    model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa", **decoder}))
+    model = tiny_lm(**decoder)
     checkpoints = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, save_last=True)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=12,
-        logger=False,
-        log_every_n_steps=5,
-        limit_val_batches=0,
-        callbacks=[*callbacks, checkpoints],
-        enable_progress_bar=False,
-        enable_model_summary=False,
+    trainer = cpu_trainer(
+        max_steps=12, log_every_n_steps=5, callbacks=[*callbacks, checkpoints], enable_checkpointing=True
     )
     with pytest.raises(FloatingPointError) as error:
         trainer.fit(model, datamodule=data)

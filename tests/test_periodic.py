@@ -1,12 +1,10 @@
 """When periodic evaluations run: once per optimizer step, with or without gradient accumulation."""
 
-import lightning as L
 import pytest
+from helpers import cpu_trainer, tiny_lm
 
 from blindheads.callbacks.periodic import PeriodicEvaluation
 from blindheads.datamodules.fineweb import FineWebEdu
-from blindheads.modules.config import PRESETS, DecoderConfig
-from blindheads.modules.lm import DecoderLM
 
 
 class CountingEvaluation(PeriodicEvaluation):
@@ -30,21 +28,9 @@ def test_evaluations_run_once_per_optimizer_step(cache_dir, accumulate):
         num_workers=0,
         val_windows=2,
     )
-    model = DecoderLM(
-        DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa"}), warmup_steps=1
-    )
+    model = tiny_lm({"warmup_steps": 1})
     counting = CountingEvaluation(every_n_steps=2)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=6,
-        accumulate_grad_batches=accumulate,
-        logger=False,
-        limit_val_batches=0,
-        callbacks=[counting],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = cpu_trainer(max_steps=6, accumulate_grad_batches=accumulate, callbacks=[counting])
     trainer.fit(model, datamodule=data)
     assert counting.steps == [2, 4, 6]
 

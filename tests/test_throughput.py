@@ -4,12 +4,11 @@ import time
 
 import lightning as L
 import pytest
+from helpers import cpu_trainer, tiny_lm
 from lightning.pytorch.loggers.logger import Logger
 
 from blindheads.callbacks.throughput import TokenThroughput
 from blindheads.datamodules.fineweb import FineWebEdu
-from blindheads.modules.config import PRESETS, DecoderConfig
-from blindheads.modules.lm import DecoderLM
 
 
 class Recorder(Logger):
@@ -50,18 +49,10 @@ def test_tokens_per_second_counts_every_token_of_the_batch(cache_dir):
         num_workers=0,
         val_windows=8,
     )
-    model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096, "attention": "sdpa"}))
+    model = tiny_lm()
     recorder, clock = Recorder(), Clock()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=12,
-        logger=recorder,
-        log_every_n_steps=1,
-        limit_val_batches=0,
-        callbacks=[TokenThroughput(window_size=4), clock],
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
+    trainer = cpu_trainer(
+        max_steps=12, logger=recorder, log_every_n_steps=1, callbacks=[TokenThroughput(window_size=4), clock]
     )
     trainer.fit(model, datamodule=data)
     lengths = recorder.metrics["train/lengths"]

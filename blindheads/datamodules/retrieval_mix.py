@@ -85,7 +85,7 @@ class EpisodeWriter:
         self.mix, self.tokenizer, self.seq_len = mix, tokenizer, seq_len
         # in this process: window slots the documents covered, episodes drawn and inserted, recall distances
         self.statistics = {"windows": 0, "drawn": 0, "episodes": 0, "distances": Counter()}
-        longest = self._episode(random.Random(0), max_gap=mix.max_gap, longest=True)[0]
+        longest = self.episode(random.Random(0), longest=True)[0]
         if len(longest) > seq_len:
             raise ValueError(
                 f"retrieval_mix.max_gap={mix.max_gap} makes episodes of up to {len(longest)} tokens, longer than a "
@@ -95,7 +95,7 @@ class EpisodeWriter:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def _episode(self, rng: random.Random, max_gap: int, longest: bool = False, gap: int | None = None):
+    def episode(self, rng: random.Random, gap: int | None = None, longest: bool = False):
         """(template with the gap as zeros, facts tokens, recalls as [(prefix tokens, value tokens)], gap)."""
         keys: set[str] = set()
         while len(keys) < self.mix.facts:
@@ -110,9 +110,9 @@ class EpisodeWriter:
             facts += self.encode(FACT.format(key=key, value=value))
             recalls.append((self.encode(RECALL.format(key=key)), self.encode(f" {value}")))
         rng.shuffle(recalls)
-        low, high = math.log(self.mix.min_gap), math.log(max_gap)
+        low, high = math.log(self.mix.min_gap), math.log(self.mix.max_gap)
         if gap is None:
-            gap = max_gap if longest else round(math.exp(rng.uniform(low, high)))
+            gap = self.mix.max_gap if longest else round(math.exp(rng.uniform(low, high)))
         recall_tokens = [t for prefix, value in recalls for t in (*prefix, *value, *self.encode("."))]
         return facts + [0] * gap + recall_tokens, facts, recalls, gap
 
@@ -126,7 +126,7 @@ class EpisodeWriter:
             self.statistics["windows"] += 1
             if rng.random() < self.mix.rate:
                 self.statistics["drawn"] += 1
-                template, facts, recalls, gap = self._episode(rng, self.mix.max_gap)
+                template, facts, recalls, gap = self.episode(rng)
                 if cursor <= window - len(template):
                     lead = rng.randint(cursor, window - len(template)) - cursor  # text before it in this window
                     if taken + lead + gap <= len(tokens):

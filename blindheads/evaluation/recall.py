@@ -19,7 +19,7 @@ def recall_samples(
     out = []
     for index in range(count):
         rng = random.Random(f"recall/{seed}/{length}/{gap}/{index}")
-        _, facts, recalls, _ = writer._episode(rng, writer.mix.max_gap, gap=gap)
+        _, facts, recalls, _ = writer.episode(rng, gap=gap)
         prefix, value = recalls[0]
         lead = length - 1 - len(facts) - gap - len(prefix) - len(value)
         if lead < 0:
