@@ -4,22 +4,12 @@ and never checkpointed."""
 import lightning as L
 import pytest
 import torch
-from helpers import PoisonGradientAtStep, cpu_trainer, tiny_lm
+from helpers import PoisonGradientAtStep, builtin_data, cpu_trainer, tiny_lm
 from lightning.pytorch.callbacks import ModelCheckpoint
-
-from blindheads.datamodules.fineweb import FineWebEdu
 
 
 def fit(cache_dir, tmp_path, callbacks, **decoder):
-    data = FineWebEdu(
-        source="builtin",
-        tokenizer="builtin",
-        seq_len=32,
-        batch_size=4,
-        cache_dir=str(cache_dir),
-        num_workers=0,
-        val_windows=4,
-    )
+    data = builtin_data(cache_dir, seq_len=32, batch_size=4, val_windows=4)
     model = tiny_lm(**decoder)
     checkpoints = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, save_last=True)
     trainer = cpu_trainer(

@@ -1,10 +1,9 @@
 """When periodic evaluations run: once per optimizer step, with or without gradient accumulation."""
 
 import pytest
-from helpers import cpu_trainer, tiny_lm
+from helpers import builtin_data, cpu_trainer, tiny_lm
 
 from blindheads.callbacks.periodic import PeriodicEvaluation
-from blindheads.datamodules.fineweb import FineWebEdu
 
 
 class CountingEvaluation(PeriodicEvaluation):
@@ -19,15 +18,7 @@ class CountingEvaluation(PeriodicEvaluation):
 @pytest.mark.parametrize("accumulate", [1, 3])
 def test_evaluations_run_once_per_optimizer_step(cache_dir, accumulate):
     """With accumulation, three batches end at each global step: the evaluation must still run once."""
-    data = FineWebEdu(
-        source="builtin",
-        tokenizer="builtin",
-        seq_len=16,
-        batch_size=2,
-        cache_dir=str(cache_dir),
-        num_workers=0,
-        val_windows=2,
-    )
+    data = builtin_data(cache_dir, seq_len=16, batch_size=2, val_windows=2)
     model = tiny_lm({"warmup_steps": 1})
     counting = CountingEvaluation(every_n_steps=2)
     trainer = cpu_trainer(max_steps=6, accumulate_grad_batches=accumulate, callbacks=[counting])

@@ -4,11 +4,10 @@ import time
 
 import lightning as L
 import pytest
-from helpers import cpu_trainer, tiny_lm
+from helpers import builtin_data, cpu_trainer, tiny_lm
 from lightning.pytorch.loggers.logger import Logger
 
 from blindheads.callbacks.throughput import TokenThroughput
-from blindheads.datamodules.fineweb import FineWebEdu
 
 
 class Recorder(Logger):
@@ -40,15 +39,7 @@ class Clock(L.Callback):
 
 
 def test_tokens_per_second_counts_every_token_of_the_batch(cache_dir):
-    data = FineWebEdu(
-        source="builtin",
-        tokenizer="builtin",
-        seq_len=64,
-        batch_size=8,
-        cache_dir=str(cache_dir),
-        num_workers=0,
-        val_windows=8,
-    )
+    data = builtin_data(cache_dir, seq_len=64, batch_size=8, val_windows=8)
     model = tiny_lm()
     recorder, clock = Recorder(), Clock()
     trainer = cpu_trainer(
