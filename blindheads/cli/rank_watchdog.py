@@ -6,8 +6,8 @@ set it)."""
 
 from __future__ import annotations
 
+import atexit
 import os
-import sys
 import threading
 import time
 
@@ -20,6 +20,9 @@ def watch_launcher() -> threading.Thread | None:
     if local_rank in ("", "0"):
         return None
     launcher = os.getppid()
+    # A collective often notices first (gloo: "Connection closed by peer") and the rank exits on that exception:
+    # the same line is then written on the way out.
+    atexit.register(_say_if_orphaned, launcher, local_rank)
     thread = threading.Thread(target=_watch, args=(launcher, local_rank), name="blindheads-rank-watchdog", daemon=True)
     thread.start()
     return thread
@@ -28,10 +31,16 @@ def watch_launcher() -> threading.Thread | None:
 def _watch(launcher: int, local_rank: str) -> None:
     while os.getppid() == launcher:
         time.sleep(POLL_SECONDS)
-    print(
-        f"blindheads: local rank {local_rank} stops: the process that launched it (pid {launcher}, rank 0) exited; "
-        "the run stopped at its last checkpoint",
-        file=sys.stderr,
-        flush=True,
-    )
+    _say_if_orphaned(launcher, local_rank)
     os._exit(1)
+
+
+def _say_if_orphaned(launcher: int, local_rank: str) -> None:
+    """Written to file descriptor 2 itself: torch's distributed excepthook swaps ``sys.stderr`` for a buffer while
+    it formats a traceback, and a line printed there would vanish with ``os._exit``."""
+    if os.getppid() != launcher:
+        os.write(
+            2,
+            f"\nblindheads: local rank {local_rank} stops: the process that launched it (pid {launcher}, rank 0) "
+            "exited; the run stopped at its last checkpoint\n".encode(),
+        )
