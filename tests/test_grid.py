@@ -8,6 +8,10 @@ import pandas as pd
 import pytest
 from training_runs import REPO, run_cli
 
+from blindheads.cli.lightning import build_cli
+from blindheads.experiments.grid import configs
+from blindheads.experiments.summary import run_rows, write_summary
+
 
 @pytest.mark.slow
 def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_path):
@@ -57,3 +61,44 @@ def test_the_conjecture_command_measures_exact_zeros_under_blindness(cache_dir, 
     assert summary.loc["nope", "far_weights_exactly_zero"] == 0 and summary.loc["nope", "far_weight_max"] > 0
     assert (out / "conjecture.png").stat().st_size > 0
     assert json.loads((out / "results.json").read_text())["summary"]["zero"]["far_weights"] == 16
+
+
+def test_an_overlay_config_replaces_only_what_it_names(cache_dir, tmp_path):
+    """``grid --config laptop.yaml dense_recall.yaml``: the second file overrides the first, key by key."""
+    files = ["configs/experiments/laptop.yaml", "configs/experiments/dense_recall.yaml"]
+    assert configs(files) == ["--config", files[0], "--config", files[1]]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        cli = build_cli([*configs(files), "--data.cache_dir", str(cache_dir), "--trainer.logger", "false"], run=False)
+    decoder, data = cli.model.config, cli.datamodule
+    assert (decoder.context_length, data.seq_len, data.batch_size) == (64, 64, 64)
+    assert (decoder.num_layers, decoder.hidden_size, decoder.num_heads) == (2, 128, 8)  # laptop.yaml's, kept
+    mix = data.retrieval_mix
+    assert (mix.rate, mix.facts, mix.value_digits, mix.min_gap, mix.max_gap) == (1.0, 1, (1, 1), 4, 16)
+    recall = [c for c in cli.trainer.callbacks if type(c).__name__ == "EpisodeRecall"]
+    assert len(recall) == 1 and recall[0].gaps == [4, 16] and cli.trainer.max_steps == 400
+
+
+def test_the_summary_takes_recall_at_the_smallest_and_largest_gap_measured():
+    metrics = {"test/recall/gap16/exact": 0.9, "test/recall/gap4/exact": 1.0, "test/loss": 2.5}
+    rows = run_rows([{"setup": "alibi", "seed": 0, "metrics": metrics}, {"setup": "nope", "seed": 0, "metrics": {}}])
+    assert rows.loc[0, "recall_near"] == 1.0 and rows.loc[0, "recall_far"] == 0.9 and rows.loc[0, "val_loss"] == 2.5
+    assert rows.loc[1, ["recall_near", "recall_far"]].isna().all()
+
+
+def test_recall_measured_during_training_becomes_curves_and_a_figure(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    records = []
+    for setup, seed, values in (("alibi", 0, [0.1, 0.9]), ("alibi", 1, [0.2, 1.0]), ("nope", 0, [0.1, 0.5])):
+        with SummaryWriter(tmp_path / "runs" / setup / f"seed{seed}") as writer:
+            for step, value in zip((50, 100), values):
+                writer.add_scalar("recall/gap4/exact", value, step)
+                writer.add_scalar("train/loss", 3.0, step)
+        records.append({"setup": setup, "seed": seed, "metrics": {"test/loss": 3.0}, "wall_s": 1.0})
+    write_summary(tmp_path / "out", records, command="blindheads grid", wall_s=1.0, runs_dir=tmp_path / "runs")
+    curves = pd.read_csv(tmp_path / "out/recall_curves.csv")
+    assert len(curves) == 6 and set(curves["gap"]) == {4}
+    alibi = curves[curves["setup"] == "alibi"].groupby("step")["value"].mean()
+    assert alibi.to_dict() == pytest.approx({50: 0.15, 100: 0.95})
+    assert (tmp_path / "out/recall_over_training.png").stat().st_size > 0

@@ -4,13 +4,14 @@ evaluation prompts."""
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 import torch
 from data_fixtures import write_fineweb_parquet
 from test_datamodule import make_datamodule, take
 
-from blindheads.datamodules.retrieval_mix import FACT, KEY_WORDS, RECALL, EpisodeWriter, RetrievalMix
+from blindheads.datamodules.retrieval_mix import KEY_WORDS, EpisodeWriter, RetrievalMix
 from blindheads.evaluation import prompts
 
 SMALL = RetrievalMix(rate=0.5, facts=2, min_gap=4, max_gap=16, seed=3)
@@ -86,12 +87,14 @@ def test_a_gap_longer_than_a_window_is_refused(cache_dir, files):
         RetrievalMix(rate=1.5)
 
 
-def test_no_evaluation_prompt_occurs_in_training(cache_dir, files):
+@pytest.mark.parametrize(("template", "recall"), [("sentence", " So the"), ("short", " =")])
+def test_no_evaluation_prompt_occurs_in_training(cache_dir, files, template, recall):
     """Evaluation stays held out: the mix shares no template, key word or phrase with passkey and needle."""
     assert not set(KEY_WORDS[0] + KEY_WORDS[1]) & set(prompts.NEEDLE_KEY_WORDS[0] + prompts.NEEDLE_KEY_WORDS[1])
-    dm = mixed(cache_dir, files, RetrievalMix(**{**SMALL.__dict__, "rate": 1.0}))
+    mix = RetrievalMix(**{**SMALL.__dict__, "rate": 1.0, "template": template})
+    dm = mixed(cache_dir, files, mix)
     text = " ".join(dm.tokenizer.decode(w.tolist()) for b in take(dm, 60) for w in b)
-    assert text.count(" So the") > 100
+    assert text.count(recall) > 100
     evaluation_phrases = [
         "pass key",
         "special magic number",
@@ -102,7 +105,26 @@ def test_no_evaluation_prompt_occurs_in_training(cache_dir, files):
     ]
     for phrase in evaluation_phrases:
         assert phrase.lower() not in text.lower(), phrase
-        assert phrase.lower() not in (FACT + RECALL).lower()
+        assert phrase.lower() not in "".join(mix.templates).lower()
+
+
+def test_the_short_template_puts_answers_a_few_tokens_past_the_gap(cache_dir, files):
+    """``wagon = 7.`` ... ``wagon = 7.``: one fact's answer lies its gap plus a handful of tokens back, against
+    about 17 more with the sentence template, so a steep head can still see the near one."""
+    tokenizer = make_datamodule(cache_dir, files, seq_len=128).tokenizer.backend_tokenizer
+    distances = {}
+    for template in ("sentence", "short"):
+        mix = RetrievalMix(facts=1, value_digits=(1, 1), min_gap=4, max_gap=4, template=template)
+        writer = EpisodeWriter(mix, tokenizer, 128)
+        _, facts, recalls, gap = writer.episode(random.Random(0))
+        text = tokenizer.decode(facts)
+        assert (" = " in text) == (template == "short") and (" code reads " in text) == (template == "sentence")
+        distances[template] = writer.distances(facts, recalls, gap)[0] - gap
+    assert distances["short"] <= 8 < distances["sentence"]
+    with pytest.raises(ValueError, match="template must be one of sentence, short, got 'long'"):
+        RetrievalMix(template="long")
+    with pytest.raises(ValueError, match="facts=13: the short template has only 12 keys"):
+        RetrievalMix(facts=13, template="short")
 
 
 def test_validation_stays_natural_text(cache_dir, files):

@@ -1,10 +1,12 @@
 """Retrieval episodes mixed into natural text, so small models learn to retrieve within minutes of training.
 
 An episode states ``facts`` key-value facts, lets ``gap`` tokens of the document's own text pass, then recalls
-every fact in a shuffled order::
+every fact in a shuffled order. The ``sentence`` template::
 
     ... The plum gimlet code reads 48213. The onyx wagon code reads 9051. <gap: the document's next tokens>
     So the onyx wagon code reads 9051. So the plum gimlet code reads 48213. <the rest of the document>
+
+and the ``short`` one, whose answers lie only a few tokens beyond the gap (``wagon = 9051.`` ... ``wagon = 9051.``).
 
 Each training window a document covers gets an episode with probability ``rate``. The gap is log-uniform in
 ``[min_gap, max_gap]`` tokens, and every episode lies inside one window (its start is drawn uniformly among the
@@ -30,6 +32,8 @@ import numpy as np
 
 FACT = " The {key} code reads {value}."
 RECALL = " So the {key} code reads"
+SHORT_FACT = " {key} = {value}."
+SHORT_RECALL = " {key} ="
 KEY_WORDS = (
     ["plum", "cedar", "copper", "maple", "onyx", "ivory", "jade", "basalt", "coral", "indigo", "slate", "cobalt"],
     [
@@ -64,8 +68,24 @@ class RetrievalMix:
     max_gap: int = 160
     value_digits: tuple[int, int] = (3, 6)  # values of 3 to 6 digits (passkey uses 5, needle 7)
     seed: int = 0
+    template: str = "sentence"  # or "short": one-word keys, ``key = value.``
+
+    @property
+    def key_words(self) -> tuple[list[str], ...]:
+        """The word lists a key draws one word from each of."""
+        return KEY_WORDS if self.template == "sentence" else KEY_WORDS[1:]
+
+    @property
+    def templates(self) -> tuple[str, str]:
+        """(fact, recall) with ``{key}`` and ``{value}`` to fill."""
+        return (FACT, RECALL) if self.template == "sentence" else (SHORT_FACT, SHORT_RECALL)
 
     def __post_init__(self) -> None:
+        if self.template not in ("sentence", "short"):
+            raise ValueError(f"retrieval_mix.template must be one of sentence, short, got {self.template!r}")
+        keys = math.prod(len(words) for words in self.key_words)
+        if self.facts > keys:
+            raise ValueError(f"retrieval_mix.facts={self.facts}: the {self.template} template has only {keys} keys")
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError(f"retrieval_mix.rate must lie in [0, 1], got {self.rate}")
         if self.facts < 1:
@@ -99,16 +119,16 @@ class EpisodeWriter:
         """(template with the gap as zeros, facts tokens, recalls as [(prefix tokens, value tokens)], gap)."""
         keys: set[str] = set()
         while len(keys) < self.mix.facts:
-            keys.add(f"{rng.choice(KEY_WORDS[0])} {rng.choice(KEY_WORDS[1])}")
-        facts, recalls, values = [], [], set()
+            keys.add(" ".join(rng.choice(words) for words in self.mix.key_words))
+        (fact, recall), facts, recalls, values = self.mix.templates, [], [], set()
         for key in sorted(keys):
             value = ""
             while not value or value in values:  # distinct values: each recall has one fact to find
                 digits = self.mix.value_digits[1] if longest else rng.randint(*self.mix.value_digits)
                 value = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
             values.add(value)
-            facts += self.encode(FACT.format(key=key, value=value))
-            recalls.append((self.encode(RECALL.format(key=key)), self.encode(f" {value}")))
+            facts += self.encode(fact.format(key=key, value=value))
+            recalls.append((self.encode(recall.format(key=key)), self.encode(f" {value}")))
         rng.shuffle(recalls)
         low, high = math.log(self.mix.min_gap), math.log(self.mix.max_gap)
         if gap is None:
@@ -141,10 +161,10 @@ class EpisodeWriter:
 
     def _count(self, facts: list[int], recalls: list, gap: int) -> None:
         self.statistics["episodes"] += 1
-        for distance in self._distances(facts, recalls, gap):
+        for distance in self.distances(facts, recalls, gap):
             self.statistics["distances"][distance] += 1
 
-    def _distances(self, facts: list[int], recalls: list, gap: int) -> list[int]:
+    def distances(self, facts: list[int], recalls: list, gap: int) -> list[int]:
         """For each recall, how far its value's first token lies after the same value in the facts (in tokens)."""
         distances, cursor = [], len(facts) + gap
         for prefix, value in recalls:

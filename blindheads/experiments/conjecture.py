@@ -2,15 +2,17 @@
 
 Exactly-zero attention weights pass no gradient. Here every head of a 2-layer model is made blind ``BLIND`` tokens
 back (float32, subnormals flushed), so nothing further than ``2 * BLIND`` tokens can reach a prediction through
-non-zero weights, and the retrieval mix puts answers both near (gap 8: 25-47 tokens back, visible) and far (gap 128:
-about 145-170 tokens back, beyond every path). The same model and data train under each condition:
+non-zero weights. The data (``configs/experiments/conjecture.yaml`` over ``laptop.yaml``: an episode of the mix's
+short template in every 128-token window, ``kettle = 5.`` ... ``kettle = 5.``) puts answers near (gap 1: 9 tokens
+back, a bias of 15 nats: visible) and far (gap 96: 104 tokens back, beyond every path). The same model and data
+train under each condition:
 
+- ``nope``: no bias (the control: is the far recall learnable in this budget?);
 - ``zero``: the far weights are exactly 0 (default slopes, flushed float32);
-- ``subnormal``: the same slopes with subnormals kept (the zero point moves from 87.3 to 103.3 nats: 57 tokens);
-- ``clamp``: the bias floored where weights stay non-zero (about 1e-32): tiny but not zero;
-- ``log_distance``: log-scaled distances: far weights small, not tiny;
 - ``learnable``: learnable slopes starting at the blind ones, free to flatten;
-- ``nope``: no bias (the control: the far recall is learnable in this budget).
+- ``subnormal``: the same slopes with subnormals kept (the zero point moves from 87.3 to 103.3 nats: 62 tokens);
+- ``clamp``: the bias floored where weights stay non-zero (about 1e-32): tiny but not zero;
+- ``log_distance``: log-scaled distances: far weights small, not tiny.
 
 ``EpisodeRecall`` logs, every ``--every`` steps, the exact recall at both gaps, the attention weight from each answer
 to its fact per layer and head, and the learnable slopes; the summary plots them over training.
@@ -31,37 +33,32 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
-from blindheads.experiments.grid import launch
+from blindheads.experiments.grid import configs, launch
 
-BLIND = 48  # tokens back at which every head goes blind (8 heads, float32, normal threshold)
+BLIND = 52  # tokens back at which every head goes blind (8 heads, float32, normal threshold)
 HEADS = 8
 STEEP = f"alibi(blind_distances={[BLIND] * HEADS}"
-CONDITIONS = {
+CONDITIONS = {  # the control and the plain blind model first: they run first
+    "nope": ("nope", {}),
     "zero": (f"{STEEP})", {}),
+    "learnable": (f"{STEEP}, learnable=True)", {}),
     "subnormal": (f"{STEEP})", {"BLINDHEADS_KEEP_SUBNORMALS": "1"}),
     "clamp": (f"{STEEP})+clamp", {}),
     "log_distance": (f"{STEEP})+log_distance", {}),
-    "learnable": (f"{STEEP}, learnable=True)", {}),
-    "nope": ("nope", {}),
 }
-NEAR, FAR = 8, 128
-# The simplest retrieval signal, to give every condition its best chance: an episode in every window, one fact,
-# a one-digit value (``So the plum gimlet code reads 7``: a 1-in-9 guess unless the fact is seen).
-MIX = [
-    "--data.retrieval_mix.rate",
-    "1.0",
-    "--data.retrieval_mix.facts",
-    "1",
-    "--data.retrieval_mix.value_digits",
-    "[1, 1]",
-]
+NEAR, FAR = 1, 96  # the gaps measured: answers 9 and 104 tokens back
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="blindheads conjecture", description=__doc__)
-    parser.add_argument("--config", default="configs/experiments/laptop.yaml", help="the model and data")
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        default=["configs/experiments/laptop.yaml", "configs/experiments/conjecture.yaml"],
+        help="the model and data; later files override earlier ones",
+    )
     parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), help=f"any of {', '.join(CONDITIONS)}")
-    parser.add_argument("--steps", type=int, default=700)
+    parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--every", type=int, default=100, help="steps between recall measurements")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/conjecture", help="summary directory (tables, figures, results.json)")
@@ -84,13 +81,13 @@ def run_condition(name: str, args: argparse.Namespace) -> dict:
         return json.loads(done.read_text())
     position, env = CONDITIONS[name]
     command = [
-        "fit", "--config", args.config, "--model.decoder.position", position, "--seed_everything", str(args.seed),
+        "fit", *configs(args.config), "--model.decoder.position", position, "--seed_everything", str(args.seed),
         "--trainer.max_steps", str(args.steps), "--trainer.val_check_interval", str(args.steps),
         "--trainer.logger.init_args.save_dir", str(runs), "--trainer.logger.init_args.name", name,
         "--trainer.logger.init_args.version", f"seed{args.seed}",
         "--trainer.callbacks+=blindheads.callbacks.episode_recall.EpisodeRecall",
         f"--trainer.callbacks.every_n_steps={args.every}", f"--trainer.callbacks.gaps=[{NEAR}, {FAR}]",
-        "--trainer.callbacks.samples=64", *MIX, *args.extra,
+        "--trainer.callbacks.samples=64", *args.extra,
     ]  # fmt: skip
     if (run_dir / "checkpoints" / "last.ckpt").exists():
         command += ["--ckpt_path", "last"]
@@ -154,7 +151,7 @@ def plot(out: Path, data: pd.DataFrame, conditions: list[str]) -> None:
     far.set_title(f"exact recall, gap {FAR} (beyond every head's blindness)")
     weight.set_title("largest attention weight on the far answer (0 shown at 1e-45)")
     weight.set_yscale("log")
-    slopes.set_title("learnable slopes (start: blind at 48 tokens)")
+    slopes.set_title(f"learnable slopes (start: blind at {BLIND} tokens)")
     slopes.set_yscale("log")
     for axis in (near, far, weight, slopes):
         axis.set_xlabel("step")

@@ -40,7 +40,12 @@ SETUPS = {
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="blindheads grid", description=__doc__)
-    parser.add_argument("--config", default="configs/experiments/laptop.yaml", help="the experiment config")
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        default=["configs/experiments/laptop.yaml"],
+        help="the experiment config; later files override earlier ones (e.g. laptop.yaml dense_recall.yaml)",
+    )
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), help=f"any of {', '.join(SETUPS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--out", default="results/laptop", help="summary directory (tables, figures, results.json)")
@@ -55,6 +60,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"--parallel must be >= 1 and --seeds non-empty, got {args.parallel} and {args.seeds}")
     args.extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
     return args
+
+
+def configs(files: list[str]) -> list[str]:
+    """``--config FILE`` for each file, in order: later files override earlier ones."""
+    return [option for file in files for option in ("--config", file)]
 
 
 def launch(command: list[str], log: Path, parallel: int, env: dict | None = None) -> None:
@@ -76,7 +86,7 @@ def run_one(setup: str, seed: int, args: argparse.Namespace) -> dict:
     if results.exists():  # done (by a grid that may have been killed before recording the run's identity)
         return {"setup": setup, "seed": seed, "position": SETUPS[setup], **json.loads(results.read_text())}
     common = [
-        "--config", args.config, "--model.decoder.position", SETUPS[setup], "--seed_everything", str(seed),
+        *configs(args.config), "--model.decoder.position", SETUPS[setup], "--seed_everything", str(seed),
         "--trainer.logger.init_args.save_dir", str(runs), "--trainer.logger.init_args.name", setup,
         "--trainer.logger.init_args.version", f"seed{seed}", *args.extra,
     ]  # fmt: skip
@@ -100,6 +110,6 @@ def main(argv: list[str]) -> list[dict]:
     with ThreadPoolExecutor(args.parallel) as pool:
         records = list(pool.map(lambda job: run_one(*job, args), jobs))
     command = "blindheads grid " + " ".join(argv)
-    write_summary(Path(args.out), records, command=command, wall_s=time.monotonic() - started, runs=Path(args.runs))
+    write_summary(Path(args.out), records, command=command, wall_s=time.monotonic() - started, runs_dir=Path(args.runs))
     print(f"summary: {Path(args.out) / 'summary.md'}")
     return records

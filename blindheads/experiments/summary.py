@@ -16,6 +16,8 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from blindheads.analysis.runs import scalars
+
 COLUMNS = {  # summary column -> test metric
     "val_loss": "test/loss",
     "loss_1x": "test/extrapolation/1x/loss",
@@ -25,12 +27,14 @@ COLUMNS = {  # summary column -> test metric
     "passkey_auc_out": "test/passkey/auc_out_of_domain",
     "needle_auc_in": "test/needle/auc_in_domain",
     "needle_auc_out": "test/needle/auc_out_of_domain",
-    "recall_near": "test/recall/gap8/exact",
-    "recall_far": "test/recall/gap128/exact",
     "underflow_1x": "test/underflow/mean_1x",
     "underflow_4x": "test/underflow/mean_4x",
 }
 HEAD = re.compile(r"^test/underflow/layer(\d+)/head(\d+)$")
+RECALL = re.compile(r"^test/recall/gap(\d+)/exact$")
+CURVE = re.compile(
+    r"^recall/gap(\d+)/exact$"
+)  # held-out recall logged during training  # recall_near, recall_far: the smallest and largest gap
 PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")
 
 
@@ -41,6 +45,9 @@ def run_rows(records: list[dict]) -> pd.DataFrame:
         metrics = record.get("metrics", {})
         row = {"setup": record["setup"], "seed": record["seed"], "step": record.get("global_step")}
         row.update({column: _number(metrics.get(tag)) for column, tag in COLUMNS.items()})
+        gaps = sorted(int(match[1]) for match in map(RECALL.match, metrics) if match)
+        row["recall_near"] = _number(metrics.get(f"test/recall/gap{gaps[0]}/exact")) if gaps else None
+        row["recall_far"] = _number(metrics.get(f"test/recall/gap{gaps[-1]}/exact")) if gaps else None
         row["wall_s"] = record.get("wall_s")
         rows.append(row)
     return pd.DataFrame(rows)
@@ -58,6 +65,37 @@ def per_head_underflow(records: list[dict]) -> pd.DataFrame:
         return pd.DataFrame()
     frame = pd.DataFrame(rows).groupby(["setup", "head"])["value"].mean().unstack("head")
     return frame.reindex(list(dict.fromkeys(r["setup"] for r in records if r["setup"] in frame.index)))
+
+
+def recall_curves(runs_dir: Path, records: list[dict]) -> pd.DataFrame:
+    """Held-out recall measured during training (``EpisodeRecall(every_n_steps=N)``): setup, seed, gap, step, value;
+    empty when no run measured it."""
+    frames = []
+    for record in records:
+        frame = scalars(runs_dir / record["setup"] / f"seed{record['seed']}")
+        gaps = frame["tag"].str.extract(CURVE, expand=False)
+        frame = frame[gaps.notna()].assign(gap=gaps.dropna().astype(int), setup=record["setup"], seed=record["seed"])
+        frames.append(frame[["setup", "seed", "gap", "step", "value"]])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def plot_recall_curves(out: Path, curves: pd.DataFrame) -> None:
+    """One panel per gap: each setup's recall over training (mean over seeds, a dot per seed)."""
+    gaps = sorted(curves["gap"].unique())
+    figure = Figure(figsize=(5 * len(gaps), 3.5))
+    for axis, gap in zip(figure.subplots(1, len(gaps), squeeze=False)[0], gaps):
+        axis.set_prop_cycle(color=colormaps["tab20"].colors)
+        for setup, frame in curves[curves["gap"] == gap].groupby("setup", sort=False):
+            mean = frame.groupby("step")["value"].mean()
+            (line,) = axis.plot(mean.index, mean.to_numpy(), marker="o", label=setup)
+            axis.plot(frame["step"], frame["value"], ".", color=line.get_color(), markersize=3)
+        axis.set_title(f"held-out recall, gap {gap}")
+        axis.set_xlabel("step")
+        axis.set_ylim(0, 1.02)
+    figure.axes[0].set_ylabel("exact recall")
+    figure.axes[0].legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(out / "recall_over_training.png", dpi=120)
 
 
 def by_setup(runs: pd.DataFrame) -> pd.DataFrame:
@@ -130,10 +168,10 @@ def figures(out: Path, runs: pd.DataFrame, heads: pd.DataFrame) -> None:
 
 
 def write_summary(
-    out: Path, records: list[dict], command: str, wall_s: float, runs: Path | None = None
+    out: Path, records: list[dict], command: str, wall_s: float, runs_dir: Path | None = None
 ) -> pd.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
-    span = _span_s(runs) if runs is not None else None
+    span = _span_s(runs_dir) if runs_dir is not None else None
     runs = run_rows(records)
     table = by_setup(runs)
     heads = per_head_underflow(records)
@@ -143,6 +181,10 @@ def write_summary(
     if not heads.empty:
         heads.to_csv(out / "underflow_per_head.csv")
     figures(out, runs, heads)
+    curves = recall_curves(runs_dir, records) if runs_dir is not None else pd.DataFrame()
+    if not curves.empty:
+        curves.to_csv(out / "recall_curves.csv", index=False)
+        plot_recall_curves(out, curves)
     provenance = {
         "command": command,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
