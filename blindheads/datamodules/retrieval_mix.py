@@ -30,10 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FACT = " The {key} code reads {value}."
-RECALL = " So the {key} code reads"
-SHORT_FACT = " {key} = {value}."
-SHORT_RECALL = " {key} ="
 KEY_WORDS = (
     ["plum", "cedar", "copper", "maple", "onyx", "ivory", "jade", "basalt", "coral", "indigo", "slate", "cobalt"],
     [
@@ -51,6 +47,11 @@ KEY_WORDS = (
         "easel",
     ],
 )
+# template name -> (fact, recall, the word lists a key takes one word from each of)
+TEMPLATES = {
+    "sentence": (" The {key} code reads {value}.", " So the {key} code reads", KEY_WORDS),
+    "short": (" {key} = {value}.", " {key} =", KEY_WORDS[1:]),
+}
 
 
 @dataclass(frozen=True)
@@ -70,20 +71,10 @@ class RetrievalMix:
     seed: int = 0
     template: str = "sentence"  # or "short": one-word keys, ``key = value.``
 
-    @property
-    def key_words(self) -> tuple[list[str], ...]:
-        """The word lists a key draws one word from each of."""
-        return KEY_WORDS if self.template == "sentence" else KEY_WORDS[1:]
-
-    @property
-    def templates(self) -> tuple[str, str]:
-        """(fact, recall) with ``{key}`` and ``{value}`` to fill."""
-        return (FACT, RECALL) if self.template == "sentence" else (SHORT_FACT, SHORT_RECALL)
-
     def __post_init__(self) -> None:
-        if self.template not in ("sentence", "short"):
-            raise ValueError(f"retrieval_mix.template must be one of sentence, short, got {self.template!r}")
-        keys = math.prod(len(words) for words in self.key_words)
+        if self.template not in TEMPLATES:
+            raise ValueError(f"retrieval_mix.template must be one of {', '.join(TEMPLATES)}, got {self.template!r}")
+        keys = math.prod(len(words) for words in TEMPLATES[self.template][2])
         if self.facts > keys:
             raise ValueError(f"retrieval_mix.facts={self.facts}: the {self.template} template has only {keys} keys")
         if not 0.0 <= self.rate <= 1.0:
@@ -117,10 +108,11 @@ class EpisodeWriter:
 
     def episode(self, rng: random.Random, gap: int | None = None, longest: bool = False):
         """(template with the gap as zeros, facts tokens, recalls as [(prefix tokens, value tokens)], gap)."""
+        fact, recall, key_words = TEMPLATES[self.mix.template]
         keys: set[str] = set()
         while len(keys) < self.mix.facts:
-            keys.add(" ".join(rng.choice(words) for words in self.mix.key_words))
-        (fact, recall), facts, recalls, values = self.mix.templates, [], [], set()
+            keys.add(" ".join(rng.choice(words) for words in key_words))
+        facts, recalls, values = [], [], set()
         for key in sorted(keys):
             value = ""
             while not value or value in values:  # distinct values: each recall has one fact to find

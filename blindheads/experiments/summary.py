@@ -31,10 +31,8 @@ COLUMNS = {  # summary column -> test metric
     "underflow_4x": "test/underflow/mean_4x",
 }
 HEAD = re.compile(r"^test/underflow/layer(\d+)/head(\d+)$")
-RECALL = re.compile(r"^test/recall/gap(\d+)/exact$")
-CURVE = re.compile(
-    r"^recall/gap(\d+)/exact$"
-)  # held-out recall logged during training  # recall_near, recall_far: the smallest and largest gap
+RECALL = re.compile(r"^test/recall/gap(\d+)/exact$")  # recall_near, recall_far: at the smallest and largest gap
+CURVE = re.compile(r"^recall/gap(\d+)/exact$")  # the same, measured during training
 PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")
 
 
@@ -45,9 +43,9 @@ def run_rows(records: list[dict]) -> pd.DataFrame:
         metrics = record.get("metrics", {})
         row = {"setup": record["setup"], "seed": record["seed"], "step": record.get("global_step")}
         row.update({column: _number(metrics.get(tag)) for column, tag in COLUMNS.items()})
-        gaps = sorted(int(match[1]) for match in map(RECALL.match, metrics) if match)
-        row["recall_near"] = _number(metrics.get(f"test/recall/gap{gaps[0]}/exact")) if gaps else None
-        row["recall_far"] = _number(metrics.get(f"test/recall/gap{gaps[-1]}/exact")) if gaps else None
+        recall = {int(match[1]): _number(value) for tag, value in metrics.items() if (match := RECALL.match(tag))}
+        row["recall_near"] = recall[min(recall)] if recall else None
+        row["recall_far"] = recall[max(recall)] if recall else None
         row["wall_s"] = record.get("wall_s")
         rows.append(row)
     return pd.DataFrame(rows)
