@@ -9,7 +9,7 @@ import pytest
 from training_runs import REPO, run_cli
 
 from blindheads.cli.lightning import build_cli
-from blindheads.experiments.grid import configs
+from blindheads.experiments.runner import configs
 from blindheads.experiments.summary import run_rows, write_summary
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import lightning as L
 
+from blindheads import atomic
 from blindheads.callbacks.periodic import evaluated_step
 
 HEADLINE = re.compile(
@@ -36,13 +37,12 @@ class ResultsFile(L.Callback):
             number = float(value)
             metrics[key] = number if math.isfinite(number) else str(number)
         self.path = Path(log_dir or trainer.default_root_dir) / self.filename
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         results = {
             "ckpt_path": trainer.ckpt_path,
             "global_step": evaluated_step(trainer, pl_module),
             "metrics": metrics,
         }
-        self.path.write_text(json.dumps(results, indent=2) + "\n")
+        atomic.write_text(self.path, json.dumps(results, indent=2) + "\n")
         print(f"results: {self.path}")
         for key, value in metrics.items():
             if HEADLINE.match(key):

@@ -33,7 +33,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
-from blindheads.experiments.grid import configs, launch
+from blindheads.experiments.runner import configs, launch
 
 BLIND = 52  # tokens back at which every head goes blind (8 heads, float32, normal threshold)
 HEADS = 8

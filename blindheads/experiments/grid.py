@@ -2,22 +2,19 @@
 summary (CSV, Markdown, figures, ``results.json``).
 
 Each run is a ``blindheads fit`` then ``blindheads test`` subprocess in ``RUNS/SETUP/seedS`` (checkpoints and
-TensorBoard logs, kept out of the summary folder); ``--parallel``
-runs share the machine (one thread each). A killed grid continues where it stopped: a run with ``results.json`` is
-done, one with ``last.ckpt`` resumes from it.
+TensorBoard logs, kept out of the summary folder); ``--parallel`` runs share the machine (one thread each). A killed
+grid continues where it stopped: a run with ``results.json`` is done, one with ``last.ckpt`` resumes from it. A run
+directory made with other options (configs, seed, options after ``--``) is refused, naming the difference.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from blindheads.experiments.runner import RunChanged, check, claim, configs, identity, launch, read_json, write_json
 from blindheads.experiments.summary import write_summary
 
 # The paper's setups at laptop scale: name -> position spec (the sliding window is 1/8 of the paper's 1024 -> 128).
@@ -62,43 +59,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def configs(files: list[str]) -> list[str]:
-    """``--config FILE`` for each file, in order: later files override earlier ones."""
-    return [option for file in files for option in ("--config", file)]
-
-
-def launch(command: list[str], log: Path, parallel: int, env: dict | None = None) -> None:
-    """``blindheads COMMAND`` in a subprocess, its output in ``log``; one thread when runs share the machine."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    threads = {"OMP_NUM_THREADS": "1"} if parallel > 1 else {}
-    with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", "blindheads", *command], stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, **threads, **(env or {})})  # fmt: skip
-    if done.returncode:
-        raise RuntimeError(f"blindheads {command[0]} failed; see {log}")
+def run_options(setup: str, seed: int, args: argparse.Namespace) -> list[str]:
+    """Every option of the run's ``fit`` and ``test``: what decides its result, and where it is written."""
+    return [
+        *configs(args.config), "--model.decoder.position", SETUPS[setup], "--seed_everything", str(seed),
+        "--trainer.logger.init_args.save_dir", args.runs, "--trainer.logger.init_args.name", setup,
+        "--trainer.logger.init_args.version", f"seed{seed}", *args.extra,
+    ]  # fmt: skip
 
 
 def run_one(setup: str, seed: int, args: argparse.Namespace) -> dict:
     """Fit (resuming a killed run) and test one setup at one seed; the run's results with its wall time."""
-    runs = Path(args.runs)
-    run_dir = runs / setup / f"seed{seed}"
+    run_dir = Path(args.runs) / setup / f"seed{seed}"
     results = run_dir / "results.json"
+    common = run_options(setup, seed, args)
     if results.exists():  # done (by a grid that may have been killed before recording the run's identity)
-        return {"setup": setup, "seed": seed, "position": SETUPS[setup], **json.loads(results.read_text())}
-    common = [
-        *configs(args.config), "--model.decoder.position", SETUPS[setup], "--seed_everything", str(seed),
-        "--trainer.logger.init_args.save_dir", str(runs), "--trainer.logger.init_args.name", setup,
-        "--trainer.logger.init_args.version", f"seed{seed}", *args.extra,
-    ]  # fmt: skip
+        return {"setup": setup, "seed": seed, "position": SETUPS[setup], **read_json(results)}
     resume = ["--ckpt_path", "last"] if (run_dir / "checkpoints" / "last.ckpt").exists() else []
     started = time.monotonic()
     for command in (["fit", *common, *resume], ["test", *common, "--ckpt_path", "last"]):
         launch(command, run_dir.parent / f"seed{seed}.{command[0]}.log", args.parallel)
-    record = json.loads(results.read_text())
+    record = read_json(results)
     record.update(setup=setup, seed=seed, position=SETUPS[setup], wall_s=round(time.monotonic() - started, 1))
     if resume:
         record["resumed"] = True  # its wall time counts only the part after the resume
-    results.write_text(json.dumps(record, indent=2) + "\n")
+    write_json(results, record)
     print(f"{setup} seed {seed}: done in {record['wall_s']:.0f} s", flush=True)
     return record
 
@@ -107,6 +92,14 @@ def main(argv: list[str]) -> list[dict]:
     args = parse_args(argv)
     started = time.monotonic()
     jobs = [(setup, seed) for setup in args.setups for seed in args.seeds]
+    wanted = {job: identity(run_options(*job, args), args.config) for job in jobs}
+    try:  # every run directory is checked before any is claimed or run
+        for (setup, seed), options in wanted.items():
+            check(Path(args.runs) / setup / f"seed{seed}", options)
+    except RunChanged as error:
+        raise SystemExit(f"blindheads grid: {error}") from None
+    for (setup, seed), options in wanted.items():
+        claim(Path(args.runs) / setup / f"seed{seed}", options)
     with ThreadPoolExecutor(args.parallel) as pool:
         records = list(pool.map(lambda job: run_one(*job, args), jobs))
     command = "blindheads grid " + " ".join(argv)
