@@ -27,8 +27,9 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     assert summary[["loss_1x", "loss_2x", "loss_4x", "passkey_auc_in", "needle_auc_out"]].notna().all().all()
     assert summary.loc["nope", "underflow_1x"] == 0  # no bias, no zero weights
     assert "| alibi | 1 |" in (out / "summary.md").read_text()
-    for figure in ("retrieval_auc.png", "loss_by_length.png", "underflow_per_head.png"):
+    for figure in ("loss_by_length.png", "underflow_per_head.png"):
         assert (out / figure).stat().st_size > 0
+    assert not (out / "retrieval_auc.png").exists(), "every AUC is 0 after 3 steps: no empty figure"
     results = json.loads((out / "results.json").read_text())
     assert results["seeds"] == [0] and results["versions"]["torch"] and len(results["runs"]) == 2
     assert {r["setup"]: r["global_step"] for r in results["runs"]} == {"alibi": 3, "nope": 3}
@@ -98,7 +99,37 @@ def test_recall_measured_during_training_becomes_curves_and_a_figure(tmp_path):
         records.append({"setup": setup, "seed": seed, "metrics": {"test/loss": 3.0}, "wall_s": 1.0})
     write_summary(tmp_path / "out", records, command="blindheads grid", wall_s=1.0, runs_dir=tmp_path / "runs")
     curves = pd.read_csv(tmp_path / "out/recall_curves.csv")
-    assert len(curves) == 6 and set(curves["gap"]) == {4}
+    assert len(curves) == 6 and set(curves["point"]) == {"gap4"}
     alibi = curves[curves["setup"] == "alibi"].groupby("step")["value"].mean()
     assert alibi.to_dict() == pytest.approx({50: 0.15, 100: 0.95})
     assert (tmp_path / "out/recall_over_training.png").stat().st_size > 0
+
+
+def test_recall_by_distance_becomes_a_tidy_table_a_markdown_grid_and_a_figure(tmp_path):
+    def metrics(exact_near, exact_far, blind_far):
+        values = {"test/loss": 3.0, "test/blind_distance_predicted/materialized/head0": 172.8}
+        for factor, distance, exact, blind in ((0.5, 32, exact_near, 0.0), (8, 512, exact_far, blind_far)):
+            point = f"test/recall/distance{factor:g}x"
+            values.update({f"{point}/distance": distance, f"{point}/exact": exact, f"{point}/blind": blind,
+                           f"{point}/unreachable": blind, f"{point}/failed_blind": min(blind, 1 - exact),
+                           f"{point}/failed_reachable": 1 - exact - min(blind, 1 - exact),
+                           f"{point}/weight/layer0/head0": 0.5})  # fmt: skip
+        return values
+
+    records = [
+        {"setup": "alibi", "seed": 0, "metrics": metrics(1.0, 0.25, 0.0)},
+        {"setup": "alibi", "seed": 1, "metrics": metrics(0.9, 0.75, 0.0)},
+        {"setup": "robust", "seed": 0, "metrics": metrics(0.1, 0.0, 1.0)},
+    ]
+    write_summary(tmp_path, records, command="blindheads grid", wall_s=1.0)
+    table = pd.read_csv(tmp_path / "recall_by_distance.csv")
+    assert list(table.columns) == ["setup", "seed", "factor", "distance", "window", "exact", "blind_share",
+                                   "unreachable_share", "failed_blind", "failed_reachable"]  # fmt: skip
+    assert len(table) == 6 and set(table["window"]) == {64} and set(table["distance"]) == {32, 512}
+    robust_far = table[(table["setup"] == "robust") & (table["factor"] == 8)].iloc[0]
+    assert robust_far["failed_blind"] == 1 and robust_far["failed_reachable"] == 0
+    text = (tmp_path / "recall_by_distance.md").read_text()
+    assert "| setup | seeds | 0.5x (32) | 8x (512) |" in text
+    assert "| alibi | 2 | 0.95 ± 0.05 (0.00) | 0.50 ± 0.25 (0.00) |" in text
+    assert (tmp_path / "recall_by_distance.png").stat().st_size > 0
+    assert "passkey_auc_in" not in (tmp_path / "summary.md").read_text(), "a column no run measured is left out"

@@ -20,7 +20,7 @@ class RetrievalEval(PeriodicEvaluation):
     """Evaluates a retrieval task every ``every_n_steps`` training steps and at ``validate``/``test``.
 
     The grid is ``length_factors`` x the training length (or explicit ``lengths``) by ``depths``, with ``samples``
-    prompts per cell. Samples are dealt across ranks and their scores summed with torchmetrics, so the numbers equal
+    prompts per cell; answers have ``digits`` digits (None: the task's own, 5 for passkey, 7 for needle). Samples are dealt across ranks and their scores summed with torchmetrics, so the numbers equal
     a single process's. Logs flat scalars (``{task}/auc_in_domain``, ``{task}/exact/len{L}/depth{d}``, ...), a
     heatmap image, and at ``test`` writes ``{task}.json`` beside the logs.
     """
@@ -36,14 +36,18 @@ class RetrievalEval(PeriodicEvaluation):
         samples: int = 4,
         batch_size: int = 4,
         seed: int = 0,
+        digits: int | None = None,
     ) -> None:
         if samples < 1 or batch_size < 1:
             raise ValueError(f"samples and batch_size must be >= 1, got {samples} and {batch_size}")
+        if digits is not None and digits < 1:
+            raise ValueError(f"digits must be >= 1 or None, got {digits}")
         if not all(0.0 <= d <= 1.0 for d in depths):
             raise ValueError(f"depths must lie in [0, 1], got {list(depths)}")
         super().__init__(every_n_steps)
         self.length_factors, self.explicit_lengths = list(length_factors), lengths
         self.depths, self.samples, self.batch_size, self.seed = list(depths), samples, batch_size, seed
+        self.digits = digits
         self._samples: list[RetrievalSample] | None = None
         self.last: GridSummary | None = None
 
@@ -87,14 +91,14 @@ class RetrievalEval(PeriodicEvaluation):
 
 
 class PasskeyEval(RetrievalEval):
-    """The landmark-attention passkey task (filler sentences, a 5-digit key)."""
+    """The landmark-attention passkey task (filler sentences, a 5-digit key unless ``digits`` says otherwise)."""
 
     task = "passkey"
 
     def build_samples(self, trainer, pl_module):
-        return passkey_samples(
-            trainer.datamodule.tokenizer, self.lengths(trainer, pl_module), self.depths, self.samples, self.seed
-        )
+        lengths = self.lengths(trainer, pl_module)
+        tokenizer, digits = trainer.datamodule.tokenizer, self.digits or 5
+        return passkey_samples(tokenizer, lengths, self.depths, self.samples, self.seed, digits)
 
 
 class NeedleEval(RetrievalEval):
@@ -110,5 +114,12 @@ class NeedleEval(RetrievalEval):
         lengths = self.lengths(trainer, pl_module)
         haystack = trainer.datamodule.heldout_tokens(4 * max(lengths)).tolist()
         return needle_samples(
-            trainer.datamodule.tokenizer, haystack, lengths, self.depths, self.samples, self.distractors, self.seed
+            trainer.datamodule.tokenizer,
+            haystack,
+            lengths,
+            self.depths,
+            self.samples,
+            self.distractors,
+            self.seed,
+            self.digits or 7,
         )

@@ -6,7 +6,9 @@ every fact in a shuffled order. The ``sentence`` template::
     ... The plum gimlet code reads 48213. The onyx wagon code reads 9051. <gap: the document's next tokens>
     So the onyx wagon code reads 9051. So the plum gimlet code reads 48213. <the rest of the document>
 
-and the ``short`` one, whose answers lie only a few tokens beyond the gap (``wagon = 9051.`` ... ``wagon = 9051.``).
+the ``short`` one, whose answers lie only a few tokens beyond the gap (``wagon = 9051.`` ... ``wagon = 9051.``), and
+the ``quiz`` one, the passkey task's shape in other words (``The plum gimlet number is 42. Keep it in mind. 42 is the
+plum gimlet number.`` ... ``Quiz: which is the plum gimlet number? The plum gimlet number is 42.``).
 
 Each training window a document covers gets an episode with probability ``rate``. The gap is log-uniform in
 ``[min_gap, max_gap]`` tokens, and every episode lies inside one window (its start is drawn uniformly among the
@@ -51,6 +53,12 @@ KEY_WORDS = (
 TEMPLATES = {
     "sentence": (" The {key} code reads {value}.", " So the {key} code reads", KEY_WORDS),
     "short": (" {key} = {value}.", " {key} =", KEY_WORDS[1:]),
+    # the shape of the passkey task (a value stated twice, a question, the answer's lead-in) in other words
+    "quiz": (
+        " The {key} number is {value}. Keep it in mind. {value} is the {key} number.",
+        " Quiz: which is the {key} number? The {key} number is",
+        KEY_WORDS,
+    ),
 }
 
 
@@ -69,7 +77,7 @@ class RetrievalMix:
     max_gap: int = 160
     value_digits: tuple[int, int] = (3, 6)  # values of 3 to 6 digits (passkey uses 5, needle 7)
     seed: int = 0
-    template: str = "sentence"  # or "short": one-word keys, ``key = value.``
+    template: str = "sentence"  # "short": one-word keys, ``key = value.``; "quiz": the passkey task's shape
 
     def __post_init__(self) -> None:
         if self.template not in TEMPLATES:

@@ -132,8 +132,16 @@ class PromptBuilder:
         return torch.tensor(tokens, dtype=torch.long), length - len(answer)
 
 
-def passkey_samples(tokenizer, lengths: list[int], depths: list[float], samples: int, seed: int = 0):
-    """The landmark-attention passkey task: instruction, filler, the pass-key line at ``depth``, question."""
+def random_digits(rng: random.Random, digits: int) -> str:
+    """A number of exactly ``digits`` digits (no leading zero)."""
+    if digits < 1:
+        raise ValueError(f"digits must be >= 1, got {digits}")
+    return str(rng.randint(10 ** (digits - 1), 10**digits - 1))
+
+
+def passkey_samples(tokenizer, lengths: list[int], depths: list[float], samples: int, seed: int = 0, digits: int = 5):
+    """The landmark-attention passkey task: instruction, filler, the pass-key line at ``depth``, question; keys of
+    ``digits`` digits (5 in the original task)."""
     builder = PromptBuilder(tokenizer)
     head = builder.encode(PASSKEY_INSTRUCTION)
     unit = builder.encode(PASSKEY_FILLER)
@@ -143,7 +151,7 @@ def passkey_samples(tokenizer, lengths: list[int], depths: list[float], samples:
         filler = unit * (length // max(1, len(unit)) + 1)
         for depth in depths:
             for index in range(samples):
-                key = str(sample_rng(seed, length, depth, index).randint(10000, 99999))
+                key = random_digits(sample_rng(seed, length, depth, index), digits)
                 needle = builder.encode(PASSKEY_NEEDLE.format(key=key))
                 tokens, start = builder.assemble(
                     length, head, filler, [(depth, needle)], tail, builder.encode(f" {key}"), boundary=len(unit)
@@ -160,9 +168,10 @@ def needle_samples(
     samples: int,
     distractors: int = 0,
     seed: int = 0,
+    digits: int = 7,
 ):
-    """RULER's single needle (a 7-digit value for a two-word key) in natural held-out text, with optional
-    distractor needles that give other keys other values at random depths."""
+    """RULER's single needle (a value of ``digits`` digits, 7 in RULER, for a two-word key) in natural held-out
+    text, with optional distractor needles that give other keys other values at random depths."""
     builder = PromptBuilder(tokenizer)
     out = []
     for length in lengths:
@@ -173,10 +182,10 @@ def needle_samples(
                 while len(keys) < distractors + 1:
                     keys.add(f"{rng.choice(NEEDLE_KEY_WORDS[0])}-{rng.choice(NEEDLE_KEY_WORDS[1])}")
                 key, *others = sorted(keys)
-                value = str(rng.randint(1_000_000, 9_999_999))
+                value = random_digits(rng, digits)
                 needles = [(depth, builder.encode(NEEDLE.format(key=key, value=value)))]
                 for other in others:
-                    fake = str(rng.randint(1_000_000, 9_999_999))
+                    fake = random_digits(rng, digits)
                     needles.append((rng.random(), builder.encode(NEEDLE.format(key=other, value=fake))))
                 offset = rng.randrange(max(1, len(haystack) - length))
                 tokens, start = builder.assemble(

@@ -23,6 +23,7 @@ COLUMNS = {  # summary column -> test metric
     "loss_1x": "test/extrapolation/1x/loss",
     "loss_2x": "test/extrapolation/2x/loss",
     "loss_4x": "test/extrapolation/4x/loss",
+    "loss_8x": "test/extrapolation/8x/loss",
     "passkey_auc_in": "test/passkey/auc_in_domain",
     "passkey_auc_out": "test/passkey/auc_out_of_domain",
     "needle_auc_in": "test/needle/auc_in_domain",
@@ -32,7 +33,17 @@ COLUMNS = {  # summary column -> test metric
 }
 HEAD = re.compile(r"^test/underflow/layer(\d+)/head(\d+)$")
 RECALL = re.compile(r"^test/recall/gap(\d+)/exact$")  # recall_near, recall_far: at the smallest and largest gap
-CURVE = re.compile(r"^recall/gap(\d+)/exact$")  # the same, measured during training
+CURVE = re.compile(r"^recall/(gap\d+|distance[\d.]+x)/exact$")  # recall measured during training, per point
+DISTANCE = re.compile(r"^test/recall/distance([\d.]+)x/(\w+)$")  # recall by distance at test
+BY_DISTANCE = {  # recall_by_distance.csv column -> EpisodeRecall's tag
+    "distance": "distance",
+    "exact": "exact",
+    "blind_share": "blind",
+    "unreachable_share": "unreachable",
+    "failed_blind": "failed_blind",
+    "failed_reachable": "failed_reachable",
+}
+PREDICTED = re.compile(r"^test/blind_distance_predicted/materialized/head(\d+)$")
 PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")
 
 
@@ -66,34 +77,119 @@ def per_head_underflow(records: list[dict]) -> pd.DataFrame:
 
 
 def recall_curves(runs_dir: Path, records: list[dict]) -> pd.DataFrame:
-    """Held-out recall measured during training (``EpisodeRecall(every_n_steps=N)``): setup, seed, gap, step, value;
-    empty when no run measured it."""
+    """Held-out recall measured during training (``EpisodeRecall(every_n_steps=N)``): setup, seed, point (``gap8``,
+    ``distance2x``), step, value; empty when no run measured it."""
     frames = []
     for record in records:
         frame = scalars(runs_dir / record["setup"] / f"seed{record['seed']}")
-        gaps = frame["tag"].str.extract(CURVE, expand=False)
-        frame = frame[gaps.notna()].assign(gap=gaps.dropna().astype(int), setup=record["setup"], seed=record["seed"])
-        frames.append(frame[["setup", "seed", "gap", "step", "value"]])
+        points = frame["tag"].str.extract(CURVE, expand=False)
+        frame = frame[points.notna()].assign(point=points.dropna(), setup=record["setup"], seed=record["seed"])
+        frames.append(frame[["setup", "seed", "point", "step", "value"]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def plot_recall_curves(out: Path, curves: pd.DataFrame) -> None:
-    """One panel per gap: each setup's recall over training (mean over seeds, a dot per seed)."""
-    gaps = sorted(curves["gap"].unique())
-    figure = Figure(figsize=(5 * len(gaps), 3.5))
-    for axis, gap in zip(figure.subplots(1, len(gaps), squeeze=False)[0], gaps):
+    """One panel per point: each setup's recall over training (mean over seeds, a dot per seed)."""
+    points = list(dict.fromkeys(curves["point"]))
+    figure = Figure(figsize=(4 * len(points), 3.5))
+    for axis, point in zip(figure.subplots(1, len(points), squeeze=False)[0], points):
         axis.set_prop_cycle(color=colormaps["tab20"].colors)
-        for setup, frame in curves[curves["gap"] == gap].groupby("setup", sort=False):
+        for setup, frame in curves[curves["point"] == point].groupby("setup", sort=False):
             mean = frame.groupby("step")["value"].mean()
             (line,) = axis.plot(mean.index, mean.to_numpy(), marker="o", label=setup)
             axis.plot(frame["step"], frame["value"], ".", color=line.get_color(), markersize=3)
-        axis.set_title(f"held-out recall, gap {gap}")
+        axis.set_title(f"held-out recall, {point.replace('distance', 'distance ')}")
         axis.set_xlabel("step")
         axis.set_ylim(0, 1.02)
     figure.axes[0].set_ylabel("exact recall")
     figure.axes[0].legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(out / "recall_over_training.png", dpi=120)
+
+
+def recall_by_distance(records: list[dict]) -> pd.DataFrame:
+    """One row per setup, seed and distance measured at test: the window multiple (``factor``), the distance in
+    tokens, the training ``window``, exact recall and the blind / reachable split of the failures."""
+    rows = []
+    for record in records:
+        points: dict[float, dict] = {}
+        for tag, value in record.get("metrics", {}).items():
+            if (match := DISTANCE.match(tag)) and match[2] in BY_DISTANCE.values():
+                points.setdefault(float(match[1]), {})[match[2]] = _number(value)
+        for factor, values in sorted(points.items()):
+            row = {"setup": record["setup"], "seed": record["seed"], "factor": factor}
+            row.update({column: values.get(tag) for column, tag in BY_DISTANCE.items()})
+            row["window"] = round(row["distance"] / factor) if row["distance"] is not None else None
+            rows.append(row)
+    columns = ["setup", "seed", "factor", "distance", "window", *list(BY_DISTANCE)[1:]]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def predicted_blind_distances(records: list[dict]) -> dict[str, list[float]]:
+    """Setup -> each head's predicted blind distance (materialized softmax) where finite, from its first run."""
+    predicted = {}
+    for record in records:
+        values = [float(v) for t, v in record.get("metrics", {}).items() if PREDICTED.match(t) and _number(v)]
+        predicted.setdefault(record["setup"], sorted(values))
+    return predicted
+
+
+def distance_markdown(table: pd.DataFrame) -> str:
+    """Setup x distance: exact recall and, beside it, the share of episodes whose fact was blind (mean ± half the
+    range over seeds)."""
+    factors = sorted(table["factor"].unique())
+    window = int(table["window"].iloc[0])
+    head = " | ".join(f"{f:g}x ({round(f * window)})" for f in factors)
+    lines = [
+        f"Exact recall (blind share) by answer distance, as a multiple of the {window}-token window (tokens):",
+        "",
+        f"| setup | seeds | {head} |",
+        "|---" * (len(factors) + 2) + "|",
+    ]
+    for setup, frame in table.groupby("setup", sort=False):
+        cells = []
+        for factor in factors:
+            at = frame[frame["factor"] == factor]
+            exact, blind = at["exact"], at["blind_share"]
+            spread = (exact.max() - exact.min()) / 2
+            cells.append(f"{exact.mean():.2f} ± {spread:.2f} ({blind.mean():.2f})")
+        lines.append(f"| {setup} | {frame['seed'].nunique()} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_recall_by_distance(out: Path, table: pd.DataFrame, predicted: dict[str, list[float]]) -> None:
+    """A panel per setup: exact recall against distance (a line for the mean, a dot per seed), the share of episodes
+    whose fact was blind (dashed), the training window (shaded) and each head's predicted blind distance (ticks)."""
+    setups = list(dict.fromkeys(table["setup"]))
+    columns = min(4, len(setups))
+    rows = -(-len(setups) // columns)
+    figure = Figure(figsize=(3.2 * columns, 2.6 * rows))
+    axes = figure.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
+    low, high = table["distance"].min(), table["distance"].max()
+    for axis, setup in zip(axes.flat, setups):
+        frame = table[table["setup"] == setup]
+        mean = frame.groupby("distance")[["exact", "blind_share"]].mean()
+        axis.axvspan(low / 1.2, frame["window"].iloc[0], color="0.92", zorder=0)
+        for distance in predicted.get(setup, []):
+            if low / 1.2 <= distance <= high * 1.2:
+                axis.axvline(distance, color="tab:red", linewidth=0.8, linestyle=":")
+        axis.plot(frame["distance"], frame["exact"], ".", color="tab:blue", markersize=4, alpha=0.6)
+        axis.plot(mean.index, mean["exact"], "-o", color="tab:blue", markersize=3, label="exact recall")
+        axis.plot(mean.index, mean["blind_share"], "--", color="tab:red", label="fact blind")
+        axis.set_title(setup, fontsize="medium")
+        axis.set_xscale("log", base=2)
+        axis.set_xlim(low / 1.2, high * 1.2)
+        axis.set_ylim(-0.03, 1.03)
+    for axis in axes.flat[len(setups) :]:
+        axis.set_visible(False)
+    for axis in axes[-1]:
+        axis.set_xlabel("answer distance (tokens)")
+    for axis in axes[:, 0]:
+        axis.set_ylabel("share of episodes")
+    axes[0, 0].legend(fontsize="x-small", loc="lower left")
+    figure.suptitle("held-out recall by distance (shaded: the training window; dotted: predicted blind distances)")
+    figure.tight_layout()
+    figure.savefig(out / "recall_by_distance.png", dpi=120)
 
 
 def by_setup(runs: pd.DataFrame) -> pd.DataFrame:
@@ -107,8 +203,8 @@ def by_setup(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """Each column as ``mean ± spread`` (spread: half the range over seeds)."""
-    columns = [c for c in table.columns if not c.endswith("_spread") and c != "seeds"]
+    """Each column as ``mean ± spread`` (spread: half the range over seeds); columns no run measured are left out."""
+    columns = [c for c in table.columns if not c.endswith("_spread") and c != "seeds" and table[c].notna().any()]
     lines = ["| setup | seeds | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
     for setup, row in table.iterrows():
         cells = []
@@ -122,6 +218,15 @@ def markdown(table: pd.DataFrame) -> str:
 
 def figures(out: Path, runs: pd.DataFrame, heads: pd.DataFrame) -> None:
     order = list(dict.fromkeys(runs["setup"]))
+    auc = runs[[f"{task}_auc_{domain}" for task in ("passkey", "needle") for domain in ("in", "out")]]
+    if auc.fillna(0).to_numpy().any():  # an all-zero figure says nothing: summary.md holds the zeros
+        _plot_auc(out, runs, order)
+    _plot_loss_by_length(out, runs, order)
+    if not heads.empty:
+        _plot_heads(out, heads)
+
+
+def _plot_auc(out: Path, runs: pd.DataFrame, order: list[str]) -> None:
     x = np.arange(len(order))
     figure = Figure(figsize=(max(8, 0.7 * len(order)), 6))
     for axis, task in zip(figure.subplots(2, 1, sharex=True), ("passkey", "needle")):
@@ -139,30 +244,35 @@ def figures(out: Path, runs: pd.DataFrame, heads: pd.DataFrame) -> None:
     figure.tight_layout()
     figure.savefig(out / "retrieval_auc.png", dpi=120)
 
+
+def _plot_loss_by_length(out: Path, runs: pd.DataFrame, order: list[str]) -> None:
+    factors = [f for f in (1, 2, 4, 8) if runs[f"loss_{f}x"].notna().any()]
     figure = Figure(figsize=(7, 4))
     axis = figure.subplots()
     axis.set_prop_cycle(color=colormaps["tab20"].colors)  # a colour per setup
     for setup in order:
-        losses = runs.loc[runs["setup"] == setup, ["loss_1x", "loss_2x", "loss_4x"]].mean()
-        axis.plot([1, 2, 4], losses.to_numpy(), marker="o", label=setup)
+        losses = runs.loc[runs["setup"] == setup, [f"loss_{f}x" for f in factors]].mean()
+        axis.plot(factors, losses.to_numpy(), marker="o", label=setup)
     axis.set_xscale("log", base=2)
+    axis.set_xticks(factors, [f"{f}x" for f in factors])
     axis.set_xlabel("evaluation length / training length")
     axis.set_ylabel("held-out loss")
     axis.legend(fontsize="x-small", ncol=2)
     figure.tight_layout()
     figure.savefig(out / "loss_by_length.png", dpi=120)
 
-    if not heads.empty:
-        figure = Figure(figsize=(1.5 + 0.5 * heads.shape[1], 1.0 + 0.35 * heads.shape[0]))
-        axis = figure.subplots()
-        image = axis.imshow(heads.to_numpy(), vmin=0, vmax=max(1e-3, float(np.nanmax(heads.to_numpy()))), cmap="magma")
-        axis.set_xticks(range(heads.shape[1]), [str(h) for h in heads.columns])
-        axis.set_yticks(range(heads.shape[0]), list(heads.index))
-        axis.set_xlabel("head")
-        axis.set_title("weights exactly zero at 1x\n(share of causal pairs, mean over layers and seeds)")
-        figure.colorbar(image, ax=axis)
-        figure.tight_layout()
-        figure.savefig(out / "underflow_per_head.png", dpi=120)
+
+def _plot_heads(out: Path, heads: pd.DataFrame) -> None:
+    figure = Figure(figsize=(1.5 + 0.5 * heads.shape[1], 1.0 + 0.35 * heads.shape[0]))
+    axis = figure.subplots()
+    image = axis.imshow(heads.to_numpy(), vmin=0, vmax=max(1e-3, float(np.nanmax(heads.to_numpy()))), cmap="magma")
+    axis.set_xticks(range(heads.shape[1]), [str(h) for h in heads.columns])
+    axis.set_yticks(range(heads.shape[0]), list(heads.index))
+    axis.set_xlabel("head")
+    axis.set_title("weights exactly zero at 1x\n(share of causal pairs, mean over layers and seeds)")
+    figure.colorbar(image, ax=axis)
+    figure.tight_layout()
+    figure.savefig(out / "underflow_per_head.png", dpi=120)
 
 
 def write_summary(
@@ -179,6 +289,11 @@ def write_summary(
     if not heads.empty:
         heads.to_csv(out / "underflow_per_head.csv")
     figures(out, runs, heads)
+    distances = recall_by_distance(records)
+    if not distances.empty:
+        distances.to_csv(out / "recall_by_distance.csv", index=False)
+        (out / "recall_by_distance.md").write_text(distance_markdown(distances))
+        plot_recall_by_distance(out, distances, predicted_blind_distances(records))
     curves = recall_curves(runs_dir, records) if runs_dir is not None else pd.DataFrame()
     if not curves.empty:
         curves.to_csv(out / "recall_curves.csv", index=False)
