@@ -19,7 +19,7 @@ import torch
 from blindheads.callbacks.extrapolation import LengthExtrapolation
 from blindheads.callbacks.retrieval import NeedleEval, PasskeyEval
 from blindheads.callbacks.underflow import UnderflowMonitor
-from blindheads.cli.lightning import build_cli, flush_subnormals_unless_asked_not_to
+from blindheads.cli.lightning import build_cli
 
 
 class StepTimer(L.Callback):
@@ -62,7 +62,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--big-steps", type=int, default=4)
     args = parser.parse_args()
-    flush_subnormals_unless_asked_not_to()
     root = tempfile.mkdtemp()
     base = [
         "--config",

@@ -53,15 +53,19 @@ def test_unknown_setups_are_refused_with_the_choices():
 def test_the_conjecture_command_measures_exact_zeros_under_blindness(cache_dir, tmp_path):
     out = tmp_path / "conjecture"
     shrink = ["--data.cache_dir", str(cache_dir), "--data.batch_size", "2", "--data.val_windows", "2"]
-    command = ["conjecture", "--conditions", "zero", "nope", "--steps", "4", "--every", "2", "--out", str(out),
-               "--runs", str(tmp_path / "runs"), "--", *shrink]  # fmt: skip
+    command = ["conjecture", "--conditions", "zero", "nope", "--seeds", "0", "--steps", "4", "--every", "2",
+               "--out", str(out), "--runs", str(tmp_path / "runs"), "--", *shrink]  # fmt: skip
     result = run_cli(command)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    summary = pd.read_csv(out / "summary.csv", index_col=0)
-    assert summary.loc["zero", "far_weights_exactly_zero"] == summary.loc["zero", "far_weights"] == 16
-    assert summary.loc["nope", "far_weights_exactly_zero"] == 0 and summary.loc["nope", "far_weight_max"] > 0
+    summary = pd.read_csv(out / "summary.csv").set_index("condition")
+    zero, nope = summary.loc["zero"], summary.loc["nope"]
+    assert zero["far_weights_exactly_zero"] == zero["far_weights"] == 16
+    assert zero["far_blind"] == zero["far_unreachable"] == 1, "beyond every path of non-zero weights"
+    assert nope["far_weights_exactly_zero"] == 0 and nope["far_weight_max"] > 0 and nope["far_unreachable"] == 0
+    assert zero["distance_far"] > 2 * 180 and zero["distance_near"] < 12
     assert (out / "conjecture.png").stat().st_size > 0
-    assert json.loads((out / "results.json").read_text())["summary"]["zero"]["far_weights"] == 16
+    rows = json.loads((out / "results.json").read_text())["summary"]
+    assert [(r["condition"], r["seed"]) for r in rows] == [("zero", 0), ("nope", 0)]
 
 
 def test_an_overlay_config_replaces_only_what_it_names(cache_dir, tmp_path):

@@ -4,29 +4,23 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import lightning as L
 
 from blindheads import atomic
 from blindheads.callbacks.periodic import evaluated_step
-
-HEADLINE = re.compile(
-    r"^test/(loss|ppl|(passkey|needle)/(auc|samples)_\w+|extrapolation/\d+x/loss|underflow/mean_\w+"
-    r"|blind_distance/layer\d+/head\d+|blind_distance_predicted/materialized/head\d+)$"
-)
-LAPTOP_RESULTS = "results/laptop/summary.md"
-DENSE_RECALL_RESULTS = "results/dense_recall/summary.md"
+from blindheads.evaluation.report import run_report
 
 
 class ResultsFile(L.Callback):
     """After ``test``, writes every logged metric (losses, evaluation summaries) to ``results.json`` in the log
-    directory, with the checkpoint it came from."""
+    directory, with the checkpoint it came from; ``report`` holds the short summary ``blindheads test`` ends with."""
 
     def __init__(self, filename: str = "results.json") -> None:
         self.filename = filename
         self.path: Path | None = None
+        self.report: list[str] = []
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         log_dir = trainer.log_dir  # a collective under DDP: every rank reads it, rank 0 writes
@@ -43,15 +37,5 @@ class ResultsFile(L.Callback):
             "metrics": metrics,
         }
         atomic.write_text(self.path, json.dumps(results, indent=2) + "\n")
-        print(f"results: {self.path}")
-        for key, value in metrics.items():
-            if HEADLINE.match(key):
-                print(f"  {key:<48} {value:.4g}" if isinstance(value, float) else f"  {key:<48} {value}")
-        retrieval = [v for k, v in metrics.items() if re.match(r"^test/(passkey|needle)/acc_in_domain$", k)]
-        if retrieval and not any(isinstance(v, float) and v > 0 for v in retrieval):
-            print(
-                f"  retrieval: no passkey or needle prompt answered inside the training length; this model is too "
-                f"small or too briefly trained to retrieve. {LAPTOP_RESULTS} shows what the suite measures at "
-                f"laptop scale; {DENSE_RECALL_RESULTS} a 2-layer model learning held-out recall in minutes on a "
-                "dense retrieval mix"
-            )
+        numbers = {key: value for key, value in metrics.items() if isinstance(value, float)}
+        self.report = [f"results: {self.path}", *run_report(numbers, getattr(trainer.logger, "root_dir", None))]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from copy import deepcopy
 from pathlib import Path
@@ -22,7 +21,11 @@ from blindheads.modules.lm import DecoderLM
 
 log = logging.getLogger(__name__)
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0}
-KEEP_SUBNORMALS = "BLINDHEADS_KEEP_SUBNORMALS"
+PRECISION_DTYPES = {  # trainer precision -> the dtype attention computes in
+    "64-true": "float64", "64": "float64", "32-true": "float32", "32": "float32",
+    "bf16-mixed": "bfloat16", "bf16-true": "bfloat16", "bf16": "bfloat16",
+    "16-mixed": "float16", "16-true": "float16", "16": "float16",
+}  # fmt: skip
 
 
 class BlindheadsCLI(LightningCLI):
@@ -38,11 +41,24 @@ class BlindheadsCLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        """A decoder ``size`` replaces the shape fields in the parsed config itself, so the run's ``config.yaml``
-        records the shape the model has (``DecoderConfig`` applies it too, for Python users)."""
+        """The numeric regime follows the model's config: its ``dtype`` must be the trainer precision's, and its
+        ``threshold`` sets the CPU's subnormal flag before any model or thread exists. A decoder ``size`` replaces
+        the shape fields in the parsed config itself, so the run's ``config.yaml`` records the shape the model has
+        (``DecoderConfig`` applies it too, for Python users)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         decoder = config.get("model", {}).get("decoder")
-        if decoder is not None and decoder.get("size"):
+        if decoder is None:
+            return
+        precision = str(config.get("trainer", {}).get("precision") or "32-true")
+        computes = PRECISION_DTYPES.get(precision)
+        if computes is not None and computes != decoder.get("dtype"):
+            raise ValueError(
+                f"--trainer.precision {precision} computes attention in {computes}, but --model.decoder.dtype is "
+                f"{decoder.get('dtype')} (its slopes, clamp floor and blindness predictions assume it): set "
+                f"--model.decoder.dtype {computes}, or a precision that computes in {decoder.get('dtype')}"
+            )
+        apply_threshold(decoder.get("threshold") or "normal")
+        if decoder.get("size"):
             applied = DecoderConfig(**{k: v for k, v in decoder.items() if k != "vocab_size" or v is not None})
             for name in SHAPE:
                 decoder[name] = getattr(applied, name)
@@ -114,13 +130,18 @@ class BlindheadsCLI(LightningCLI):
             trainer.callbacks.append(ResultsFile())
         return trainer
 
+    def after_test(self) -> None:
+        """``test`` ends with the short report (after Lightning's table of every metric, when ``--verbose``)."""
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, ResultsFile) and callback.report:
+                print("\n" + "\n".join(callback.report), flush=True)
 
-def flush_subnormals_unless_asked_not_to() -> None:
-    """CPU arithmetic on subnormals is slow (ALiBi's softmax is full of them) and fused GPU kernels flush them, so
-    runs flush them too: the ``normal`` threshold then holds on every device. Must run before any thread starts,
-    as new threads inherit the flag. ``BLINDHEADS_KEEP_SUBNORMALS=1`` keeps them."""
-    if os.environ.get(KEEP_SUBNORMALS, "0") in ("", "0"):
-        torch.set_flush_denormal(True)
+
+def apply_threshold(threshold: str) -> None:
+    """``normal``: the CPU flushes subnormals, as fused GPU kernels do (and CPU arithmetic on them, which ALiBi's
+    softmax is full of, is slow); ``subnormal``: it keeps them. Threads inherit the flag from the one that starts
+    them, so it is set before the model or any worker exists."""
+    torch.set_flush_denormal(threshold == "normal")
 
 
 def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
@@ -138,7 +159,6 @@ def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
 
 
 def main(argv: list[str]) -> BlindheadsCLI:
-    flush_subnormals_unless_asked_not_to()
     watch_launcher()
     # From the console script the arguments are sys.argv's; LightningCLI warns when given both.
     return build_cli(None if argv == sys.argv[1:] else argv)

@@ -1,27 +1,28 @@
 """``blindheads conjecture``: can a head that is blind at a distance learn to use what lies there?
 
-Exactly-zero attention weights pass no gradient. Here every head of a 2-layer model is made blind ``BLIND`` tokens
-back (float32, subnormals flushed), so nothing further than ``2 * BLIND`` tokens can reach a prediction through
-non-zero weights. The data (``configs/experiments/conjecture.yaml`` over ``laptop.yaml``: an episode of the mix's
-short template in every 128-token window, ``kettle = 5.`` ... ``kettle = 5.``) puts answers near (gap 1: 9 tokens
-back, a bias of 15 nats: visible) and far (gap 96: 104 tokens back, beyond every path). The same model and data
-train under each condition:
+Exactly-zero attention weights pass no gradient. Here every head of a 2-layer model goes blind ``BLIND`` tokens back
+(float32, subnormals flushed), so no chain of non-zero weights spans more than ``2 * BLIND`` tokens. The data
+(``configs/experiments/conjecture.yaml`` over ``laptop.yaml``: an episode of the mix's short template in every
+512-token window, ``kettle = 5.`` ... ``kettle = 5.``) puts answers near (gap 1: 9 tokens back, a bias of 4.4 nats:
+visible to every head) and far (gap 462: about 470 tokens back, beyond every path). The same model and data train
+under each condition of ``configs/experiments/conjecture/``:
 
-- ``nope``: no bias (the control: is the far recall learnable in this budget?);
-- ``zero``: the far weights are exactly 0 (default slopes, flushed float32);
-- ``learnable``: learnable slopes starting at the blind ones, free to flatten;
-- ``subnormal``: the same slopes with subnormals kept (the zero point moves from 87.3 to 103.3 nats: 62 tokens);
-- ``clamp``: the bias floored where weights stay non-zero (about 1e-32): tiny but not zero;
-- ``log_distance``: log-scaled distances: far weights small, not tiny.
+- nope: no bias (the control: are both recalls learnable in this budget?);
+- zero: the far weights are exactly 0;
+- learnable: learnable slopes starting at the blind ones, free to flatten;
+- subnormal: the same slopes with subnormals kept (the zero edge moves from 180 to 214 tokens; 2 hops: 428);
+- clamp: the bias floored where weights stay non-zero (about 1e-32): tiny, not zero;
+- log_distance: log-scaled distances: far weights small, not tiny.
 
-``EpisodeRecall`` logs, every ``--every`` steps, the exact recall at both gaps, the attention weight from each answer
-to its fact per layer and head, and the learnable slopes; the summary plots them over training.
+EpisodeRecall logs, every --every steps, exact recall at both gaps, whether each answer's fact was blind or even
+unreachable, the weight from each answer to its fact per layer and head, and learnable slopes. The verdict: if the
+control and every condition learn the near answer, and only the conditions whose far fact is unreachable fail the
+far one, exact zeros are what stops them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,37 +34,33 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
-from blindheads.experiments.runner import configs, launch
+from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, write_json
 
-BLIND = 52  # tokens back at which every head goes blind (8 heads, float32, normal threshold)
-HEADS = 8
-STEEP = f"alibi(blind_distances={[BLIND] * HEADS}"
-CONDITIONS = {  # the control and the plain blind model first: they run first
-    "nope": ("nope", {}),
-    "zero": (f"{STEEP})", {}),
-    "learnable": (f"{STEEP}, learnable=True)", {}),
-    "subnormal": (f"{STEEP})", {"BLINDHEADS_KEEP_SUBNORMALS": "1"}),
-    "clamp": (f"{STEEP})+clamp", {}),
-    "log_distance": (f"{STEEP})+log_distance", {}),
-}
-NEAR, FAR = 1, 96  # the gaps measured: answers 9 and 104 tokens back
+BLIND = 180  # tokens back at which every head goes blind (8 heads, float32, normal threshold)
+CONDITIONS = ["nope", "zero", "learnable", "subnormal", "clamp", "log_distance"]  # control and plain blind first
+CONDITION_CONFIGS = Path("configs/experiments/conjecture")
+NEAR, FAR = 1, 462  # the gaps measured: answers 9 and about 470 tokens back
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="blindheads conjecture", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="blindheads conjecture",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--config",
         nargs="+",
         default=["configs/experiments/laptop.yaml", "configs/experiments/conjecture.yaml"],
-        help="the model and data; later files override earlier ones",
+        help="the model and data; later files override earlier ones (default: %(default)s)",
     )
-    parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), help=f"any of {', '.join(CONDITIONS)}")
-    parser.add_argument("--steps", type=int, default=800)
-    parser.add_argument("--every", type=int, default=100, help="steps between recall measurements")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="results/conjecture", help="summary directory (tables, figures, results.json)")
-    parser.add_argument("--runs", default="runs/conjecture", help="the runs' directory (checkpoints, logs)")
-    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--conditions", nargs="+", default=CONDITIONS, help="any of %(default)s")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="default: %(default)s")
+    parser.add_argument("--steps", type=int, default=800, help="training steps (default: %(default)s)")
+    parser.add_argument("--every", type=int, default=100, help="steps between recall measurements (%(default)s)")
+    parser.add_argument("--out", default="results/conjecture", help="summary directory (default: %(default)s)")
+    parser.add_argument("--runs", default="runs/conjecture", help="checkpoints and logs (default: %(default)s)")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each (%(default)s)")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit")
     args = parser.parse_args(argv)
     unknown = [c for c in args.conditions if c not in CONDITIONS]
@@ -73,86 +70,107 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run_condition(name: str, args: argparse.Namespace) -> dict:
-    runs = Path(args.runs)
-    run_dir = runs / name / f"seed{args.seed}"
-    done = run_dir / "done.json"
-    if done.exists():
-        return json.loads(done.read_text())
-    position, env = CONDITIONS[name]
-    command = [
-        "fit", *configs(args.config), "--model.decoder.position", position, "--seed_everything", str(args.seed),
+def condition_files(name: str, args: argparse.Namespace) -> list[str]:
+    return [*args.config, str(CONDITION_CONFIGS / f"{name}.yaml")]
+
+
+def run_options(name: str, seed: int, args: argparse.Namespace) -> list[str]:
+    return [
+        *configs(condition_files(name, args)), "--seed_everything", str(seed),
         "--trainer.max_steps", str(args.steps), "--trainer.val_check_interval", str(args.steps),
-        "--trainer.logger.init_args.save_dir", str(runs), "--trainer.logger.init_args.name", name,
-        "--trainer.logger.init_args.version", f"seed{args.seed}",
+        "--trainer.logger.init_args.save_dir", args.runs, "--trainer.logger.init_args.name", name,
+        "--trainer.logger.init_args.version", f"seed{seed}",
         "--trainer.callbacks+=blindheads.callbacks.episode_recall.EpisodeRecall",
         f"--trainer.callbacks.every_n_steps={args.every}", f"--trainer.callbacks.gaps=[{NEAR}, {FAR}]",
         "--trainer.callbacks.samples=64", *args.extra,
     ]  # fmt: skip
+
+
+def run_condition(name: str, seed: int, args: argparse.Namespace) -> dict:
+    run_dir = Path(args.runs) / name / f"seed{seed}"
+    done = run_dir / "done.json"
+    if done.exists():
+        return read_json(done)
+    command = ["fit", *run_options(name, seed, args)]
     if (run_dir / "checkpoints" / "last.ckpt").exists():
         command += ["--ckpt_path", "last"]
     started = time.monotonic()
-    launch(command, runs / name / f"seed{args.seed}.fit.log", args.parallel, env)
-    record = {"condition": name, "position": position, "env": env, "wall_s": round(time.monotonic() - started, 1)}
-    done.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"{name}: done in {record['wall_s']:.0f} s", flush=True)
+    launch(command, run_dir.parent / f"seed{seed}.fit.log", args.parallel)
+    record = {"condition": name, "seed": seed, "wall_s": round(time.monotonic() - started, 1)}
+    write_json(done, record)
+    print(f"{name} seed {seed}: done in {record['wall_s']:.0f} s", flush=True)
     return record
 
 
-def curves(runs: Path, conditions: list[str], seed: int) -> pd.DataFrame:
-    """Every ``recall/`` scalar of every condition: columns condition, tag, step, value."""
+def curves(runs: Path, jobs: list[tuple[str, int]]) -> pd.DataFrame:
+    """Every ``recall/`` scalar of every run: columns condition, seed, tag, step, value."""
     frames = []
-    for name in conditions:
+    for name, seed in jobs:
         frame = scalars(runs / name / f"seed{seed}")
-        frames.append(frame[frame["tag"].str.startswith("recall/")].assign(condition=name))
+        frames.append(frame[frame["tag"].str.startswith("recall/")].assign(condition=name, seed=seed))
     return pd.concat(frames, ignore_index=True)
 
 
-def summarize(out: Path, data: pd.DataFrame, conditions: list[str]) -> pd.DataFrame:
+def summarize(out: Path, data: pd.DataFrame) -> pd.DataFrame:
+    """One row per condition and seed, at the last measured step: exact recall near and far, the share of far facts
+    blind and unreachable, the far weights (largest, and how many of the layer-heads' are exactly zero)."""
     rows = []
-    for name in conditions:
-        frame = data[data["condition"] == name]
+    for (name, seed), frame in data.groupby(["condition", "seed"], sort=False):
         last = frame[frame["step"] == frame["step"].max()].set_index("tag")["value"]
         far = last.filter(regex=rf"^recall/gap{FAR}/weight/")
         rows.append({
             "condition": name,
-            "position": CONDITIONS[name][0],
-            f"exact_gap{NEAR}": last.get(f"recall/gap{NEAR}/exact"),
-            f"exact_gap{FAR}": last.get(f"recall/gap{FAR}/exact"),
-            f"distance_gap{FAR}": last.get(f"recall/gap{FAR}/distance"),
+            "seed": seed,
+            "step": int(frame["step"].max()),
+            "exact_near": last.get(f"recall/gap{NEAR}/exact"),
+            "exact_far": last.get(f"recall/gap{FAR}/exact"),
+            "distance_near": last.get(f"recall/gap{NEAR}/distance"),
+            "distance_far": last.get(f"recall/gap{FAR}/distance"),
+            "far_blind": last.get(f"recall/gap{FAR}/blind"),
+            "far_unreachable": last.get(f"recall/gap{FAR}/unreachable"),
             "far_weight_max": far.max(),
             "far_weights_exactly_zero": int((far == 0).sum()),
             "far_weights": len(far),
             "slopes_final": ", ".join(f"{v:.3g}" for v in last.filter(regex=r"^recall/slope/").tolist()) or None,
         })  # fmt: skip
-    table = pd.DataFrame(rows).set_index("condition")
-    table.to_csv(out / "summary.csv")
-    lines = ["| " + " | ".join(["condition", *table.columns]) + " |", "|---" * (len(table.columns) + 1) + "|"]
-    for name, row in table.iterrows():
-        lines.append("| " + " | ".join([name, *(_cell(v) for v in row.tolist())]) + " |")
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "summary.csv", index=False)
+    lines = ["| " + " | ".join(table.columns) + " |", "|---" * len(table.columns) + "|"]
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     return table
 
 
-def plot(out: Path, data: pd.DataFrame, conditions: list[str]) -> None:
+def plot(out: Path, data: pd.DataFrame) -> None:
+    """Recall near and far, the far weight and learnable slopes over training: a line per condition (mean over
+    seeds). Exactly-zero weights sit on their own row below the log axis, labelled 0."""
     figure = Figure(figsize=(11, 7))
     (near, far), (weight, slopes) = figure.subplots(2, 2)
-    for name in conditions:
-        frame = data[data["condition"] == name]
+    floor = 1e-40
+    for name, frame in data.groupby("condition", sort=False):
         for axis, gap in ((near, NEAR), (far, FAR)):
-            curve = frame[frame["tag"] == f"recall/gap{gap}/exact"]
-            axis.plot(curve["step"], curve["value"], marker="o", label=name)
+            curve = frame[frame["tag"] == f"recall/gap{gap}/exact"].groupby("step")["value"].mean()
+            axis.plot(curve.index, curve.to_numpy(), marker="o", label=name)
         weights = frame[frame["tag"].str.match(rf"^recall/gap{FAR}/weight/")]
         top = weights.groupby("step")["value"].max()
-        weight.plot(top.index, top.clip(lower=1e-45).to_numpy(), marker="o", label=name)
+        (line,) = weight.plot(top.index, top.clip(lower=floor).to_numpy(), marker="o", label=name)
+        if (top == 0).all():
+            line.set_linestyle("--")
         for head, curve in frame[frame["tag"].str.startswith("recall/slope/")].groupby("tag"):
-            slopes.plot(curve["step"], curve["value"], label=head.rsplit("/", 1)[-1])
-    near.set_title(f"exact recall, gap {NEAR} (visible to every head)")
-    far.set_title(f"exact recall, gap {FAR} (beyond every head's blindness)")
-    weight.set_title("largest attention weight on the far answer (0 shown at 1e-45)")
+            mean = curve.groupby("step")["value"].mean()
+            slopes.plot(mean.index, mean.to_numpy(), label=head.rsplit("/", 1)[-1])
+    near.set_title(f"exact recall, gap {NEAR} (about 9 tokens back, visible to every head)")
+    far.set_title(f"exact recall, gap {FAR} (about 470 back, beyond every path when blind)")
+    for axis in (near, far):
+        axis.set_ylim(-0.02, 1.02)
+    weight.set_title("largest weight on the far answer over 16 layer-heads")
     weight.set_yscale("log")
-    slopes.set_title(f"learnable slopes (start: blind at {BLIND} tokens)")
-    slopes.set_yscale("log")
+    weight.set_ylim(floor / 10, 1.5)
+    ticks = [floor, 1e-30, 1e-20, 1e-10, 1]
+    weight.set_yticks(ticks, ["0 (exactly)", "1e-30", "1e-20", "1e-10", "1"])
+    slopes.set_title(f"learnable slopes, mean over seeds (start: blind at {BLIND} tokens)")
+    slopes.ticklabel_format(axis="y", style="plain", useOffset=False)
     for axis in (near, far, weight, slopes):
         axis.set_xlabel("step")
     near.legend(fontsize="small")
@@ -165,25 +183,31 @@ def plot(out: Path, data: pd.DataFrame, conditions: list[str]) -> None:
 def main(argv: list[str]) -> pd.DataFrame:
     args = parse_args(argv)
     started = time.monotonic()
+    jobs = [(name, seed) for seed in args.seeds for name in args.conditions]
+    runs = Path(args.runs)
+    claim_all(
+        {runs / c / f"seed{n}": identity(run_options(c, n, args), condition_files(c, args)) for c, n in jobs},
+        "conjecture",
+    )
     with ThreadPoolExecutor(args.parallel) as pool:
-        records = list(pool.map(lambda name: run_condition(name, args), args.conditions))
+        records = list(pool.map(lambda job: run_condition(*job, args), jobs))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = curves(Path(args.runs), args.conditions, args.seed)
+    data = curves(Path(args.runs), jobs)
     data.to_csv(out / "curves.csv", index=False)
-    table = summarize(out, data, args.conditions)
-    plot(out, data, args.conditions)
+    table = summarize(out, data)
+    plot(out, data)
     provenance = {
         "command": "blindheads conjecture " + " ".join(argv),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(time.monotonic() - started, 1),
-        "seed": args.seed,
+        "seeds": args.seeds,
         "python": platform.python_version(),
         "versions": {name: version(name) for name in ("torch", "lightning")},
         "runs": records,
-        "summary": json.loads(table.to_json(orient="index")),
+        "summary": table.to_dict(orient="records"),
     }
-    (out / "results.json").write_text(json.dumps(provenance, indent=2) + "\n")
+    write_json(out / "results.json", provenance)
     print(f"summary: {out / 'summary.md'}")
     return table
 

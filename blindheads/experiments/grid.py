@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from blindheads.experiments.runner import RunChanged, check, claim, configs, identity, launch, read_json, write_json
+from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, write_json
 from blindheads.experiments.summary import write_summary
 
 # The paper's setups at laptop scale: name -> position spec (the sliding window is 1/8 of the paper's 1024 -> 128).
@@ -92,14 +92,8 @@ def main(argv: list[str]) -> list[dict]:
     args = parse_args(argv)
     started = time.monotonic()
     jobs = [(setup, seed) for setup in args.setups for seed in args.seeds]
-    wanted = {job: identity(run_options(*job, args), args.config) for job in jobs}
-    try:  # every run directory is checked before any is claimed or run
-        for (setup, seed), options in wanted.items():
-            check(Path(args.runs) / setup / f"seed{seed}", options)
-    except RunChanged as error:
-        raise SystemExit(f"blindheads grid: {error}") from None
-    for (setup, seed), options in wanted.items():
-        claim(Path(args.runs) / setup / f"seed{seed}", options)
+    runs = Path(args.runs)
+    claim_all({runs / s / f"seed{n}": identity(run_options(s, n, args), args.config) for s, n in jobs}, "grid")
     with ThreadPoolExecutor(args.parallel) as pool:
         records = list(pool.map(lambda job: run_one(*job, args), jobs))
     command = "blindheads grid " + " ".join(argv)

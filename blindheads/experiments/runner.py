@@ -87,6 +87,18 @@ def claim(run_dir: Path, wanted: dict) -> None:
         write_json(run_dir / "options.json", wanted)
 
 
+def claim_all(wanted: dict[Path, dict], program: str) -> None:
+    """Check every run directory, then claim each: a refusal (one line, naming the difference) leaves nothing
+    claimed or started."""
+    try:
+        for run_dir, options in wanted.items():
+            check(run_dir, options)
+    except RunChanged as error:
+        raise SystemExit(f"blindheads {program}: {error}") from None
+    for run_dir, options in wanted.items():
+        claim(run_dir, options)
+
+
 def _pairs(options: list[str]) -> list[str]:
     """``["--a", "1", "--b"]`` -> ``["--a 1", "--b"]``: each option with its value, to name what changed."""
     pairs = []

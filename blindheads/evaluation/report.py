@@ -1,0 +1,77 @@
+"""The short summary ``blindheads test`` ends with: what a reader wants from ``results.json`` at a glance."""
+
+from __future__ import annotations
+
+import math
+import re
+
+MEASURED = re.compile(r"^test/blind_distance/layer(\d+)/head(\d+)$")
+PREDICTED = re.compile(r"^test/blind_distance_predicted/materialized/head(\d+)$")
+FUSED = re.compile(r"^test/blind_distance_predicted/fused/head(\d+)$")
+LOSS = re.compile(r"^test/extrapolation/(\d+)x/loss$")
+DISTANCE = re.compile(r"^test/recall/distance([\d.]+)x/exact$")
+
+
+def run_report(metrics: dict[str, float], log_dir: str | None = None) -> list[str]:
+    """Loss (and by length), each head's measured against predicted blind distance, recall by distance with its
+    blind / reachable split, passkey and needle, and where the logs are; parts a run did not measure are left out."""
+    lines = []
+    if "test/loss" in metrics:
+        by_length = sorted((int(m[1]), v) for k, v in metrics.items() if (m := LOSS.match(k)))
+        lengths = "; by length " + ", ".join(f"{f}x {v:.2f}" for f, v in by_length) if by_length else ""
+        lines.append(f"held-out loss {metrics['test/loss']:.3f}{lengths}")
+    lines += _blindness(metrics)
+    lines += _recall(metrics)
+    for task in ("passkey", "needle"):
+        auc_in, auc_out = metrics.get(f"test/{task}/auc_in_domain"), metrics.get(f"test/{task}/auc_out_of_domain")
+        if auc_in is not None or auc_out is not None:
+            lines.append(f"{task}: AUC {_number(auc_in)} inside the training length, {_number(auc_out)} beyond")
+    if log_dir:
+        lines.append(f"TensorBoard: tensorboard --logdir {log_dir}")
+    return lines
+
+
+def _blindness(metrics: dict[str, float]) -> list[str]:
+    predicted = {int(m[1]): v for k, v in metrics.items() if (m := PREDICTED.match(k))}
+    fused = {int(m[1]): v for k, v in metrics.items() if (m := FUSED.match(k))}
+    measured: dict[int, list[float]] = {}
+    for key, value in metrics.items():
+        if match := MEASURED.match(key):
+            measured.setdefault(int(match[2]), []).append(value)
+    heads = sorted(set(predicted) | set(measured))
+    if not heads:
+        return []
+    lines = ["blind beyond (tokens): measured in eager weights (min-max over layers) / predicted, materialized:"]
+    for head in heads:
+        seen = measured.get(head)
+        span = f"{min(seen):.0f}-{max(seen):.0f}" if seen else "not blind within the lengths measured"
+        lines.append(f"  head {head}: {span} / {_number(predicted.get(head), '.1f')}")
+    if fused:
+        lines.append(
+            "  (materialized: the eager and SDPA softmax, whose normalised weights go blind ln(Z)/slope tokens "
+            "sooner than the fused kernels' exp(x - max), e.g. head "
+            f"{min(fused)} at {fused[min(fused)]:.1f} there; see blindheads blindness --softmax)"
+        )
+    return lines
+
+
+def _recall(metrics: dict[str, float]) -> list[str]:
+    factors = sorted(float(m[1]) for k in metrics if (m := DISTANCE.match(k)))
+    if not factors:
+        return []
+    rows = {"distance (tokens)": "distance", "exact recall": "exact", "fact blind": "blind",
+            "failed, blind": "failed_blind", "failed, reachable": "failed_reachable"}  # fmt: skip
+    header = "".join(f"{f'{f:g}x':>8}" for f in factors)
+    lines = ["held-out recall by answer distance (x the training window):", f"  {'':<18}{header}"]
+    for label, part in rows.items():
+        values = [metrics.get(f"test/recall/distance{f:g}x/{part}") for f in factors]
+        cells = "".join(f"{v:>8.0f}" if part == "distance" else f"{_number(v):>8}" for v in values)
+        lines.append(f"  {label:<18}{cells}")
+    lines.append("  (blind: every layer-head gives the fact exactly 0 weight from the answer's query)")
+    return lines
+
+
+def _number(value, spec: str = ".2f") -> str:
+    if value is None:
+        return "n/a"
+    return "inf" if isinstance(value, float) and math.isinf(value) else format(value, spec)

@@ -1,0 +1,34 @@
+"""The run's numeric regime comes from its config: the dtype must match the precision, the threshold sets the CPU flag."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from training_runs import REPO, run_cli
+
+from blindheads.cli.lightning import build_cli
+
+
+def flushes() -> bool:
+    return (torch.tensor([1e-39]) * torch.tensor([1.0])).item() == 0.0
+
+
+@pytest.mark.parametrize("threshold, flushed", [("normal", True), ("subnormal", False)])
+def test_the_threshold_sets_the_subnormal_flag(cache_dir, threshold, flushed, monkeypatch):
+    monkeypatch.chdir(REPO)
+    try:
+        build_cli(["--config", "configs/smoke.yaml", "--model.decoder.threshold", threshold, "--data.cache_dir",
+                   str(cache_dir), "--trainer.logger", "false"], run=False)  # fmt: skip
+        assert flushes() == flushed
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_a_precision_that_contradicts_the_dtype_is_refused_in_one_line(cache_dir):
+    result = run_cli(["fit", "--config", str(REPO / "configs/smoke.yaml"), "--model.decoder.dtype", "bfloat16",
+                      "--data.cache_dir", str(cache_dir)])  # fmt: skip
+    assert result.returncode != 0
+    assert "--trainer.precision 32-true computes attention in float32, but --model.decoder.dtype is bfloat16" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
