@@ -1,0 +1,107 @@
+"""Every GPU config rehearsed on the CPU (configs/rehearsal.yaml): the paper recipe composes with each position setup
+and trainer file, its own callbacks instantiate, its comments' batch arithmetic holds, and a 2-rank run of it trains,
+checkpoints, evaluates, resumes exactly and tests."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from training_runs import REPO, run_cli, scalars
+
+from blindheads.cli.lightning import build_cli
+from blindheads.modules.schedules import lr_multiplier
+
+PAPER = REPO / "configs/experiments/paper.yaml"
+REHEARSAL = REPO / "configs/rehearsal.yaml"
+INTERVALS = ("every_n_steps", "every_n_train_steps")
+GPU_FILES = [*sorted((REPO / "configs/model").glob("*.yaml")), *(REPO / "configs/trainer").glob("[!c]*.yaml")]
+
+
+def test_the_rehearsal_keeps_the_papers_callbacks_but_for_their_intervals():
+    def without_intervals(callbacks):
+        return [{**c, "init_args": {k: v for k, v in (c.get("init_args") or {}).items() if k not in INTERVALS}}
+                for c in callbacks]  # fmt: skip
+
+    paper = yaml.safe_load((REPO / "configs/callbacks/paper.yaml").read_text())
+    rehearsal = yaml.safe_load((REPO / "configs/callbacks/rehearsal.yaml").read_text())
+    assert without_intervals(rehearsal) == without_intervals(paper)
+    steps = yaml.safe_load(REHEARSAL.read_text())["trainer"]["max_steps"]
+    intervals = [v for c in rehearsal for k, v in (c.get("init_args") or {}).items() if k in INTERVALS]
+    assert intervals and all(v < steps and steps % v == 0 for v in intervals), "each fires, and at the last step"
+
+
+@pytest.mark.parametrize("extra", GPU_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_gpu_config_composes_with_the_rehearsal(extra, cache_dir, monkeypatch):
+    monkeypatch.chdir(REPO)
+    args = ["--config", str(PAPER), "--config", str(extra), "--config", str(REHEARSAL)]
+    cli = build_cli([*args, "--data.cache_dir", str(cache_dir), "--trainer.logger", "false"], run=False)
+    assert cli.trainer.num_devices == 2 and type(cli.trainer.strategy).__name__ == "DDPStrategy"
+    assert cli.model.config.num_heads == 9 and cli.model.config.dtype == "bfloat16"
+    if extra.parent.name == "model":
+        assert cli.model.config.position == yaml.safe_load(extra.read_text())["model"]["decoder"]["position"]
+
+
+def test_the_paper_recipe_with_its_own_callbacks_instantiates_on_the_cpu(cache_dir, monkeypatch):
+    """Only the device and the data swapped: a misspelled argument anywhere in paper.yaml or its callbacks fails."""
+    monkeypatch.chdir(REPO)
+    cpu = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--data.source", "builtin",
+           "--data.tokenizer", "builtin", "--data.cache_dir", str(cache_dir), "--trainer.logger", "false"]  # fmt: skip
+    cli = build_cli(["--config", str(PAPER), *cpu], run=False)
+    names = {type(c).__name__ for c in cli.trainer.callbacks}
+    assert {"UnderflowMonitor", "PasskeyEval", "NeedleEval", "LengthExtrapolation", "TokenThroughput"} <= names
+
+
+def test_the_papers_batch_arithmetic_matches_its_comments():
+    text = PAPER.read_text()
+    config = yaml.safe_load(text)
+    gpus, per_gpu, length, tokens = map(_int, re.search(r"(\d+) GPUs x (\d+) x (\d+) = ([\d,]+)", text).groups())
+    steps, per_step, total = re.search(r"([\d,]+) x ([\d,]+) = ([\d.]+)B tokens", text).groups()
+    trainer, data = config["trainer"], config["data"]
+    accumulate = trainer.get("accumulate_grad_batches", 1)
+    assert (gpus, per_gpu, length) == (trainer["devices"], data["batch_size"], data["seq_len"])
+    assert tokens == _int(per_step) == gpus * per_gpu * length * accumulate
+    assert _int(steps) == trainer["max_steps"] and round(trainer["max_steps"] * tokens / 1e9, 1) == float(total)
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+@pytest.mark.slow
+def test_the_paper_recipe_rehearsed_on_two_ranks(cache_dir, tmp_path):
+    """paper.yaml + model/wide.yaml (the setup its comment names) + rehearsal.yaml: 12 steps on 2 gloo ranks, then a
+    resume from the step-6 checkpoint that repeats steps 7-12 exactly, then test."""
+    common = ["--config", str(PAPER), "--config", str(REPO / "configs/model/wide.yaml"), "--config", str(REHEARSAL),
+              "--data.cache_dir", str(cache_dir), "--trainer.logger.init_args.save_dir", str(tmp_path)]  # fmt: skip
+    fit = run_cli(["fit", *common, "--trainer.logger.init_args.version", "run"], timeout=900)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    run = tmp_path / "alibi/run"
+    for prefix in ("underflow/", "passkey/", "needle/", "extrapolation/", "lr-", "train/device/", "val/loss"):
+        assert any(tag.startswith(prefix) for tag in _tags(run)), f"no {prefix} tags: its callback did not log"
+    assert {p.name for p in (run / "checkpoints").iterdir()} >= {"epoch=0-step=6.ckpt", "last.ckpt"}
+
+    lr = scalars(run, "lr-AdamW")
+    config = yaml.safe_load(PAPER.read_text())["model"]
+    expected = {step: 0.003 * lr_multiplier(step, 12, "wsd", 4, config["decay_fraction"]) for step in range(12)}
+    assert lr == pytest.approx(expected), "warmup 4 steps, stable, 1-sqrt cooldown over the last 20%"
+    assert scalars(run, "train/tokens")[11] == 12 * 2 * 2 * 512, "steps x ranks x windows x tokens"
+
+    resumed = run_cli(["fit", *common, "--trainer.logger.init_args.version", "resumed",
+                       "--ckpt_path", str(run / "checkpoints/epoch=0-step=6.ckpt")], timeout=900)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    before, after = scalars(run, "train/loss"), scalars(tmp_path / "alibi/resumed", "train/loss")
+    assert after and {s: before[s] for s in after} == after
+
+    test = run_cli(["test", *common, "--trainer.logger.init_args.version", "run", "--ckpt_path", "last"], timeout=900)
+    assert test.returncode == 0, test.stderr[-3000:]
+    metrics = json.loads((run / "results.json").read_text())["metrics"]
+    assert "test/passkey/auc_out_of_domain" in metrics and "test/needle/auc_in_domain" in metrics
+
+
+def _tags(run) -> set[str]:
+    from blindheads.analysis.runs import scalars as run_scalars
+
+    return set(run_scalars(run)["tag"])
