@@ -163,3 +163,14 @@ def test_a_class_path_imports_only_modules_named_on_purpose(tmp_path, monkeypatc
     decoder = Decoder(DecoderConfig.from_preset("tiny", position=spec))
     assert type(decoder.position.components[0]).__name__ == "Custom" and (tmp_path / "imported").exists()
     monkeypatch.delitem(sys.modules, "blindheads_test_payload")
+
+
+def test_rope_tables_made_under_inference_mode_serve_a_later_gradient_pass():
+    """``test`` runs under inference mode, then the underflow monitor takes gradients at the same length."""
+    decoder = Decoder(DecoderConfig.from_preset("tiny", position="rope", vocab_size=256, dtype="float32"))
+    tokens = torch.randint(0, 256, (1, 32))
+    with torch.inference_mode():
+        decoder(tokens)
+    with torch.inference_mode(False), torch.enable_grad():
+        decoder(tokens).sum().backward()
+    assert all(p.grad is not None for p in decoder.parameters() if p.requires_grad)
