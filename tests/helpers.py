@@ -77,3 +77,16 @@ def builtin_data(cache_dir, seq_len: int, batch_size: int, val_windows: int, **k
     """The offline builtin corpus and tokenizer, read in the main process."""
     return FineWebEdu(source="builtin", tokenizer="builtin", seq_len=seq_len, batch_size=batch_size,
                       val_windows=val_windows, cache_dir=str(cache_dir), num_workers=0, **kwargs)  # fmt: skip
+
+
+class SignalAtStep(L.Callback):
+    """Sends ``signum`` to the whole process group (as a terminal's Ctrl-C or SLURM would) once ``step`` steps are
+    done, once."""
+
+    def __init__(self, step: int, signum: int) -> None:
+        self.step, self.signum, self.sent = step, signum, False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= self.step and not self.sent:
+            self.sent = True
+            os.killpg(os.getpgid(0), self.signum)

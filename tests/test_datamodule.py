@@ -335,3 +335,13 @@ def test_a_non_string_document_in_a_stream_names_its_position(cache_dir, parquet
     windows = TokenWindows(documents, dm.tokenizer.backend_tokenizer, dm.tokenizer.eos_token_id, 8, repeat=False)
     with pytest.raises(ValueError, match="document 6 after stream position shard 0, row 64 has text NoneType None"):
         list(windows)
+
+
+def test_resume_refuses_another_batch_and_names_both(cache_dir, parquet_files):
+    dm = make_datamodule(cache_dir, parquet_files)
+    take(dm, 2)
+    state = dm.state_dict()
+    with pytest.raises(ValueError, match=r"checkpoint trained with --data.batch_size 4 .* this run has 8 and 1"):
+        make_datamodule(cache_dir, parquet_files, batch_size=8).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"resume on 1 processes \(devices x nodes\) with --data.num_workers 0"):
+        make_datamodule(cache_dir, parquet_files, num_workers=2).load_state_dict(state)

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blindheads.callbacks.results import ResultsFile
 from blindheads.cli.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
 from blindheads.cli.checkpoint_options import describe, is_typed, replaced_options, typed_options
+from blindheads.cli.interrupts import SaveOnInterrupt, exit_after_interrupt
 from blindheads.cli.rank_watchdog import watch_launcher
 from blindheads.cli.run_lock import RunLock
 from blindheads.datamodules.fineweb import FineWebEdu
@@ -126,6 +128,8 @@ class BlindheadsCLI(LightningCLI):
         plugins = plugins if isinstance(plugins, list) else [plugins]
         trainer = super().instantiate_trainer(plugins=[AtomicCheckpointIO(), *plugins], **kwargs)
         trainer.callbacks.insert(0, RunLock())  # first: before the config is saved into the run directory
+        if self.subcommand == "fit":
+            trainer.callbacks.append(SaveOnInterrupt())
         if self.subcommand == "test":
             trainer.callbacks.append(ResultsFile())
         return trainer
@@ -160,5 +164,7 @@ def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
 
 def main(argv: list[str]) -> BlindheadsCLI:
     watch_launcher()
-    # From the console script the arguments are sys.argv's; LightningCLI warns when given both.
-    return build_cli(None if argv == sys.argv[1:] else argv)
+    try:  # From the console script the arguments are sys.argv's; LightningCLI warns when given both.
+        return build_cli(None if argv == sys.argv[1:] else argv)
+    except SIGTERMException:
+        exit_after_interrupt()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,7 @@ class FineWebEdu(L.LightningDataModule):
             collate_fn=collate_windows,
             persistent_workers=False,
             pin_memory=torch.cuda.is_available(),
+            worker_init_fn=_leave_interrupts_to_the_main_process,
         )
 
     def validation_windows(self) -> torch.Tensor:
@@ -213,7 +215,9 @@ class FineWebEdu(L.LightningDataModule):
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             positions = [None] * world
             torch.distributed.all_gather_object(positions, self._resume)
-        return {"world_size": world, "num_workers": self.num_workers, "ranks": positions, "data": self.fingerprint()}
+        accumulate = self.trainer.accumulate_grad_batches if self.trainer is not None else 1
+        return {"world_size": world, "num_workers": self.num_workers, "batch_size": self.batch_size,
+                "accumulate_grad_batches": accumulate, "ranks": positions, "data": self.fingerprint()}  # fmt: skip
 
     def fingerprint(self) -> dict[str, Any]:
         """The data this run reads (taken once per run: checkpoints reuse it)."""
@@ -239,7 +243,16 @@ class FineWebEdu(L.LightningDataModule):
         if (state["world_size"], state["num_workers"]) != (world, self.num_workers):
             raise ValueError(
                 f"the checkpoint's data order is for world size {state['world_size']} and "
-                f"{state['num_workers']} workers, this run has {world} and {self.num_workers}: resume with the same"
+                f"{state['num_workers']} workers, this run has {world} and {self.num_workers}: resume on "
+                f"{state['world_size']} processes (devices x nodes) with --data.num_workers {state['num_workers']}"
+            )
+        accumulate = self.trainer.accumulate_grad_batches if self.trainer is not None else 1
+        before = (state.get("batch_size", self.batch_size), state.get("accumulate_grad_batches", accumulate))
+        if before != (self.batch_size, accumulate):
+            raise ValueError(
+                f"the checkpoint trained with --data.batch_size {before[0]} and --trainer.accumulate_grad_batches "
+                f"{before[1]}, this run has {self.batch_size} and {accumulate}: every later step would differ from "
+                "the uninterrupted run's. Resume with the checkpoint's values, or start a new run without --ckpt_path"
             )
         self._check_data(state.get("data"))
         self._resume = state["ranks"][rank]
@@ -266,3 +279,9 @@ class FineWebEdu(L.LightningDataModule):
             "documents of the old file list, so documents may be read twice or never, and a changed "
             "held-out split may have been trained on: this run is not the uninterrupted run"
         )
+
+
+def _leave_interrupts_to_the_main_process(worker_id: int) -> None:
+    """Workers ignore Ctrl-C and SIGTERM: training saves and stops at a step boundary, then shuts them down."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -1,0 +1,30 @@
+"""Ctrl-C and SIGTERM save the step they stop at and exit in one line; the resumed run is the uninterrupted one."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from training_runs import run_cli, scalars, tiny_run_args
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path, signum):
+    extra = {"--data.num_workers": "1", "--trainer.logger.init_args.version": "run"}
+    straight = run_cli(["fit", *tiny_run_args(tmp_path / "straight", cache_dir, **extra)])
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    args = tiny_run_args(tmp_path / "stopped", cache_dir, **extra)
+    stopped = run_cli(["fit", *args, "--trainer.callbacks+=helpers.SignalAtStep", "--trainer.callbacks.step=7",
+                       f"--trainer.callbacks.signum={int(signum)}"])  # fmt: skip
+    assert stopped.returncode == 128 + signum, stopped.stderr[-3000:]
+    last = tmp_path / "stopped/alibi/run/checkpoints/last.ckpt"
+    name = signal.Signals(signum).name
+    assert stopped.stderr.rstrip().splitlines()[-1] == (
+        f"blindheads: {name} at step 7: saved {last}; resume with --ckpt_path last"
+    )  # the signal lands as step 7 ends: it is saved, and no later step runs
+    assert "Traceback" not in stopped.stderr and "DataLoader worker" not in stopped.stderr
+    resumed = run_cli(["fit", *args, "--ckpt_path", "last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    before, after = scalars(tmp_path / "straight", "train/loss"), scalars(tmp_path / "stopped", "train/loss")
+    assert sorted(after) == list(range(20))
+    assert after == pytest.approx(before, rel=1e-5, abs=1e-6)
