@@ -286,7 +286,17 @@ def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
         path = directory / "z.parquet"
         pq.write_table(pa.table({"text": ["fine", None, "fine"]}), path)
         return str(path), "z.parquet: 1 documents without text .* rows 0..2"
+    if kind in ("blank parquet", "spaces parquet"):
+        path = directory / "z.parquet"
+        pq.write_table(pa.table({"text": ["" if kind == "blank parquet" else "  \n "] * 100}), path)
+        return str(path), "z.parquet: every document's 'text' is empty or whitespace: nothing to train on"
     path = directory / "z.jsonl"
+    if kind == "directory jsonl":
+        path.mkdir()
+        return str(path), "z.jsonl: cannot be read \\(Is a directory\\)"
+    if kind == "symlink loop jsonl":
+        path.symlink_to(path)
+        return str(path), "z.jsonl: cannot be read \\(Too many levels of symbolic links\\)"
     path.write_bytes(
         {
             "empty jsonl": b"",
@@ -294,6 +304,7 @@ def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
             "missing jsonl": b'{"text": "fine"}\n{"body": "x"}\n',
             "bad utf-8 jsonl": b'{"text": "fine"}\n{"text": "bad \xff"}\n',
             "bad json": b'{"text": "fine"}\n{"text": \n',
+            "blank jsonl": b'{"text": ""}\n{"text": "  "}\n',
         }[kind]
     )
     return str(path), {
@@ -302,12 +313,26 @@ def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
         "missing jsonl": "z.jsonl: line 2 has 'text': none, expected a string",
         "bad utf-8 jsonl": "z.jsonl: invalid UTF-8 at byte offset 31 \\(line 2\\)",
         "bad json": "z.jsonl: line 2 is not JSON",
+        "blank jsonl": "z.jsonl: every document's 'text' is empty or whitespace",
     }[kind]
 
 
 @pytest.mark.parametrize(
     "kind",
-    ["integer parquet", "null parquet", "empty jsonl", "integer jsonl", "missing jsonl", "bad utf-8 jsonl", "bad json"],
+    [
+        "integer parquet",
+        "null parquet",
+        "empty jsonl",
+        "integer jsonl",
+        "missing jsonl",
+        "bad utf-8 jsonl",
+        "bad json",
+        "blank parquet",
+        "spaces parquet",
+        "blank jsonl",
+        "directory jsonl",
+        "symlink loop jsonl",
+    ],
 )
 def test_a_bad_later_file_is_named_before_training_reads_it(cache_dir, tmp_path, kind):
     """datasets would cast integers to strings, end an empty file silently, or raise naming no file."""

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 
+from blindheads.arguments import Parser
 from blindheads.blindness import SOFTMAXES, BlindnessReport, blindness_report
 from blindheads.modules.config import load_decoder_config
 from blindheads.modules.position import build_position
@@ -16,9 +17,8 @@ MAX_CONTEXT = 2**40  # the fused shares are closed forms; the materialized norma
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="blindheads blindness",
-        description="Where each head's position bias alone drives softmax weights to exactly zero.",
+    parser = Parser(
+        "blindheads blindness", "Where each head's position bias alone drives softmax weights to exactly zero."
     )
     parser.add_argument("--heads", type=int, help="number of attention heads (default: from --config)")
     parser.add_argument("--context", type=int, help="context length L (default: from --config, else 2048)")

@@ -8,6 +8,7 @@ from copy import deepcopy
 from pathlib import Path
 
 import torch
+from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -158,7 +159,12 @@ def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
         trainer_defaults=TRAINER_DEFAULTS,
         save_config_kwargs={"overwrite": True},
         # no prefixes: --trainer.max_step is a typo, not --trainer.max_steps
-        parser_kwargs={"allow_abbrev": False, **{cmd: {"allow_abbrev": False} for cmd in ("fit", "validate", "test")}},
+        # errors raise (main prints them in a few lines, not a usage dump)
+        parser_kwargs={
+            "allow_abbrev": False,
+            "exit_on_error": False,
+            **{cmd: {"allow_abbrev": False, "exit_on_error": False} for cmd in ("fit", "validate", "test")},
+        },
     )
 
 
@@ -168,3 +174,14 @@ def main(argv: list[str]) -> BlindheadsCLI:
         return build_cli(None if argv == sys.argv[1:] else argv)
     except SIGTERMException:
         exit_after_interrupt()
+    except ArgumentError as error:
+        sys.exit(short_error(argv[0] if argv else "", error))
+
+
+def short_error(subcommand: str, error: Exception, most_lines: int = 8) -> str:
+    """A command-line or config mistake in a few lines and a pointer to ``--help``, instead of the whole usage."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    if len(lines) > most_lines:
+        lines = [*lines[:most_lines], f"... ({len(lines) - most_lines} more lines)"]
+    return "\n".join([f"blindheads {subcommand}: error: {lines[0] if lines else error}", *lines[1:],
+                      f"see: blindheads {subcommand} --help"])  # fmt: skip

@@ -1,4 +1,4 @@
-"""``blindheads probe``: measured attention underflow of a published model beside the calculator's prediction."""
+"""blindheads probe: measured attention underflow of a published model beside the calculator's prediction."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from pathlib import Path
 
 import torch
 
+from blindheads.arguments import Parser
 from blindheads.numerics import DTYPES
 from blindheads.probes.outputs import write_outputs
 from blindheads.probes.published import probe
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="blindheads probe", description=__doc__)
+    parser = Parser("blindheads probe", __doc__)
     parser.add_argument("--model", required=True, help="Hub name or local directory of a causal LM")
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES))

@@ -26,8 +26,12 @@ def check_files(files: tuple[str, ...], format: str, text_column: str) -> None:
     """Raise ``DataFileError`` for the first local file that is empty, unreadable or holds a non-string text."""
     check = {"parquet": _check_parquet, "json": _check_json, "text": _check_text}[format]
     for path in files:
-        if "://" not in path:
+        if "://" in path:
+            continue
+        try:
             check(path, text_column)
+        except OSError as error:  # a directory, a symlink loop, a file deleted since it was listed, no permission
+            raise DataFileError(f"{path}: cannot be read ({error.strerror or error})") from None
 
 
 def _open(path: str) -> IO[bytes]:
@@ -47,15 +51,19 @@ def _check_parquet(path: str, column: str) -> None:
         raise DataFileError(f"{path}: column {column!r} has type {kind}, expected string (datasets would cast it)")
     if metadata.num_rows == 0:
         raise DataFileError(f"{path}: holds no documents")
-    index, first_row = schema.get_field_index(column), 0
+    index, first_row, blank = schema.get_field_index(column), 0, True
     for group in range(metadata.num_row_groups):
         statistics = metadata.row_group(group).column(index).statistics
+        has_text = statistics is None or not statistics.has_min_max or str(statistics.max).strip()
+        blank = blank and not has_text
         if statistics is not None and statistics.has_null_count and statistics.null_count:
             raise DataFileError(
                 f"{path}: {statistics.null_count} documents without text (null {column!r}) in rows "
                 f"{first_row}..{first_row + metadata.row_group(group).num_rows - 1}, expected a string in every row"
             )
         first_row += metadata.row_group(group).num_rows
+    if blank:  # the largest text of every row group is empty or whitespace: so is every text
+        raise DataFileError(f"{path}: every document's {column!r} is empty or whitespace: nothing to train on")
 
 
 def _check_json(path: str, column: str) -> None:
@@ -63,7 +71,7 @@ def _check_json(path: str, column: str) -> None:
     with _open(path) as file:
         is_array = file.read(4096).lstrip().startswith(b"[")
     records = _json_array(path) if is_array else _json_lines(path)
-    empty = True
+    empty, blank = True, True
     for place, record in records:
         empty = False
         value = record.get(column) if isinstance(record, dict) else None
@@ -72,8 +80,11 @@ def _check_json(path: str, column: str) -> None:
                 f"{type(value).__name__} {value!r}"[:60] if isinstance(record, dict) and column in record else "none"
             )
             raise DataFileError(f"{path}: {place} has {column!r}: {found}, expected a string")
+        blank = blank and not value.strip()
     if empty:
         raise DataFileError(f"{path}: holds no documents")
+    if blank:
+        raise DataFileError(f"{path}: every document's {column!r} is empty or whitespace: nothing to train on")
 
 
 def _json_lines(path: str) -> Iterator[tuple[str, object]]:

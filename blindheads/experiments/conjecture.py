@@ -1,11 +1,11 @@
-"""``blindheads conjecture``: can a head that is blind at a distance learn to use what lies there?
+"""blindheads conjecture: can a head that is blind at a distance learn to use what lies there?
 
-Exactly-zero attention weights pass no gradient. Here every head of a 2-layer model goes blind ``BLIND`` tokens back
-(float32, subnormals flushed), so no chain of non-zero weights spans more than ``2 * BLIND`` tokens. The data
-(``configs/experiments/conjecture.yaml`` over ``laptop.yaml``: an episode of the mix's short template in every
-512-token window, ``kettle = 5.`` ... ``kettle = 5.``) puts answers near (gap 1: 9 tokens back, a bias of 4.4 nats:
+Exactly-zero attention weights pass no gradient. Here every head of a 2-layer model goes blind BLIND tokens back
+(float32, subnormals flushed), so no chain of non-zero weights spans more than 2 * BLIND tokens. The data
+(configs/experiments/conjecture.yaml over laptop.yaml: an episode of the mix's short template in every
+512-token window, kettle = 5. ... kettle = 5.) puts answers near (gap 1: 9 tokens back, a bias of 4.4 nats:
 visible to every head) and far (gap 462: about 470 tokens back, beyond every path). The same model and data train
-under each condition of ``configs/experiments/conjecture/``:
+under each condition of configs/experiments/conjecture/:
 
 - nope: no bias (the control: are both recalls learnable in this budget?);
 - zero: the far weights are exactly 0;
@@ -34,6 +34,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
+from blindheads.arguments import Parser
 from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, write_json
 
 BLIND = 180  # tokens back at which every head goes blind (8 heads, float32, normal threshold)
@@ -43,24 +44,20 @@ NEAR, FAR = 1, 462  # the gaps measured: answers 9 and about 470 tokens back
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="blindheads conjecture",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = Parser("blindheads conjecture", __doc__)
     parser.add_argument(
         "--config",
         nargs="+",
         default=["configs/experiments/laptop.yaml", "configs/experiments/conjecture.yaml"],
-        help="the model and data; later files override earlier ones (default: %(default)s)",
+        help="the model and data; later files override earlier ones",
     )
-    parser.add_argument("--conditions", nargs="+", default=CONDITIONS, help="any of %(default)s")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="default: %(default)s")
-    parser.add_argument("--steps", type=int, default=800, help="training steps (default: %(default)s)")
-    parser.add_argument("--every", type=int, default=100, help="steps between recall measurements (%(default)s)")
-    parser.add_argument("--out", default="results/conjecture", help="summary directory (default: %(default)s)")
-    parser.add_argument("--runs", default="runs/conjecture", help="checkpoints and logs (default: %(default)s)")
-    parser.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each (%(default)s)")
+    parser.add_argument("--conditions", nargs="+", default=CONDITIONS, help="any of the conditions above")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="seeds")
+    parser.add_argument("--steps", type=int, default=800, help="training steps")
+    parser.add_argument("--every", type=int, default=100, help="steps between recall measurements")
+    parser.add_argument("--out", default="results/conjecture", help="summary directory")
+    parser.add_argument("--runs", default="runs/conjecture", help="checkpoints and logs")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit")
     args = parser.parse_args(argv)
     unknown = [c for c in args.conditions if c not in CONDITIONS]

@@ -1,10 +1,10 @@
-"""``blindheads grid``: train every position setup of an experiment config at several seeds, test each, and write one
-summary (CSV, Markdown, figures, ``results.json``).
+"""blindheads grid: train every position setup of an experiment config at several seeds, test each, and write one
+summary (CSV, Markdown, figures, results.json).
 
-Each run is a ``blindheads fit`` then ``blindheads test`` subprocess in ``RUNS/SETUP/seedS`` (checkpoints and
-TensorBoard logs, kept out of the summary folder); ``--parallel`` runs share the machine (one thread each). A killed
-grid continues where it stopped: a run with ``results.json`` is done, one with ``last.ckpt`` resumes from it. A run
-directory made with other options (configs, seed, options after ``--``) is refused, naming the difference.
+Each run is a blindheads fit then blindheads test subprocess in RUNS/SETUP/seedS (checkpoints and
+TensorBoard logs, kept out of the summary folder); --parallel runs share the machine (one thread each). A killed
+grid continues where it stopped: a run with results.json is done, one with last.ckpt resumes from it. A run
+directory made with other options (configs, seed, options after --) is refused, naming the difference.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from blindheads.arguments import Parser
 from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, write_json
 from blindheads.experiments.summary import write_summary
 
@@ -36,7 +37,7 @@ SETUPS = {
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="blindheads grid", description=__doc__)
+    parser = Parser("blindheads grid", __doc__)
     parser.add_argument(
         "--config",
         nargs="+",

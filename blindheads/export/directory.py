@@ -1,10 +1,10 @@
-"""``blindheads export``: a Lightning checkpoint as a Hugging Face model directory."""
+"""blindheads export: a Lightning checkpoint as a Hugging Face model directory."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+from blindheads.arguments import Parser
 from blindheads.checkpoints import checkpoint_tokenizer, decoder_config, load_checkpoint
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
 
@@ -43,7 +43,7 @@ def export(ckpt_path: str | Path, out: str | Path) -> Path:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="blindheads export", description=__doc__)
+    parser = Parser("blindheads export", __doc__)
     parser.add_argument("--ckpt_path", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
