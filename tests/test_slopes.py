@@ -99,3 +99,10 @@ def test_bad_slopes_name_the_value_and_the_choices(kwargs, message):
 def test_alibi_from_spec_uses_the_model_heads():
     stack = build_position("alibi(mpt, alibi_bias_max=16)", num_heads=12, context_length=512)
     torch.testing.assert_close(stack.components[0].slopes, mpt_slopes(12, 16).float())
+
+
+def test_a_component_named_twice_is_refused():
+    from blindheads.modules.position.registry import build_position
+
+    with pytest.raises(ValueError, match=r"names alibi twice; a stack takes each component once"):
+        build_position("alibi+alibi", 8, 256)

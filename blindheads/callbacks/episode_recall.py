@@ -58,6 +58,14 @@ class EpisodeRecall(PeriodicEvaluation):
         points.update({f"distance{f:g}x": {"distance": round(f * seq_len)} for f in self.distances})
         return points
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Build the episodes now: a gap the window cannot hold fails before training, not at the first evaluation."""
+        for name, where in self.points(trainer.datamodule.seq_len).items():
+            try:
+                self.episodes(trainer, name, where)
+            except ValueError as error:
+                raise ValueError(f"EpisodeRecall {name}: {error}") from None
+
     def episodes(self, trainer: L.Trainer, name: str, where: dict[str, int]) -> list:
         if name not in self._episodes:
             data = trainer.datamodule

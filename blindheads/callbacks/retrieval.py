@@ -59,6 +59,14 @@ class RetrievalEval(PeriodicEvaluation):
     def build_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[RetrievalSample]:
         raise NotImplementedError
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Build the prompts now: a length they cannot take fails before training, not at the first evaluation."""
+        try:
+            self.samples_for(trainer, pl_module)
+        except ValueError as error:
+            lengths = self.lengths(trainer, pl_module)
+            raise ValueError(f"{type(self).__name__} at lengths {lengths}: {error}") from None
+
     def samples_for(self, trainer, pl_module) -> list[RetrievalSample]:
         if self._samples is None:
             self._samples = self.build_samples(trainer, pl_module)

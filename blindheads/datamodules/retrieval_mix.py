@@ -8,7 +8,7 @@ every fact in a shuffled order. The ``sentence`` template::
 
 the ``short`` one, whose answers lie only a few tokens beyond the gap (``wagon = 9051.`` ... ``wagon = 9051.``), and
 the ``quiz`` one, the passkey task's shape in other words (``The plum gimlet number is 42. Keep it in mind. 42 is the
-plum gimlet number.`` ... ``Quiz: which is the plum gimlet number? The plum gimlet number is 42.``).
+plum gimlet number.`` ... ``Question: which is the plum gimlet number? The plum gimlet number is 42.``).
 
 Each training window a document covers gets an episode with probability ``rate``. The gap is log-uniform in
 ``[min_gap, max_gap]`` tokens, and every episode lies inside one window (its start is drawn uniformly among the
@@ -56,7 +56,7 @@ TEMPLATES = {
     # the shape of the passkey task (a value stated twice, a question, the answer's lead-in) in other words
     "quiz": (
         " The {key} number is {value}. Keep it in mind. {value} is the {key} number.",
-        " Quiz: which is the {key} number? The {key} number is",
+        " Question: which is the {key} number? The {key} number is",
         KEY_WORDS,
     ),
 }

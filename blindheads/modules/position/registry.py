@@ -143,7 +143,12 @@ def build_position(
     """The position stack for ``spec``, for a model with ``num_heads`` heads trained on ``context_length`` tokens
     with attention in ``dtype`` on kernels of the given ``threshold`` mode."""
     facts = {"num_heads": num_heads, "context_length": context_length, "dtype": dtype, "threshold": threshold}
-    components = [_instantiate(name, args, kwargs, facts) for name, args, kwargs in _entries(spec)]
+    entries = _entries(spec)
+    names = [name for name, _, _ in entries]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"position spec {spec!r} names {', '.join(twice)} twice; a stack takes each component once")
+    components = [_instantiate(name, args, kwargs, facts) for name, args, kwargs in entries]
     if not components:
         raise ValueError(f"empty position spec {spec!r}; valid components: {', '.join(COMPONENTS)}")
     return PositionStack(components, num_heads)

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM save the step they stop at and exit in one line; the resumed run is the uninterrupted one."""
+"""Nothing lost, nothing silent: interrupts save their step, refusals come before training, in one line."""
 
 from __future__ import annotations
 
@@ -28,3 +28,14 @@ def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path
     before, after = scalars(tmp_path / "straight", "train/loss"), scalars(tmp_path / "stopped", "train/loss")
     assert sorted(after) == list(range(20))
     assert after == pytest.approx(before, rel=1e-5, abs=1e-6)
+
+
+def test_an_evaluation_length_the_prompts_cannot_take_is_refused_before_training(cache_dir, tmp_path):
+    """smoke + tiny at 64-token windows: passkey at 0.5x would be 32 tokens, shorter than its fixed parts."""
+    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"})
+    result = run_cli(["fit", *args, "--trainer.callbacks+=blindheads.callbacks.retrieval.PasskeyEval",
+                      "--trainer.callbacks.length_factors=[0.5, 1.0]"])  # fmt: skip
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "PasskeyEval at lengths [32, 64]: a prompt of 32 tokens is too short" in last, result.stderr[-2000:]
+    assert not list((tmp_path / "alibi/run").rglob("*.ckpt")), "refused before the first step"
