@@ -17,7 +17,10 @@ def load_checkpoint(ckpt_path: str | Path) -> dict:
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # truncated, corrupt, or another format
+        raise ValueError(f"not a blindheads checkpoint: {ckpt_path} ({type(error).__name__}: {error})") from None
     if not isinstance(checkpoint, dict) or "decoder" not in checkpoint.get("hyper_parameters", {}):
         raise ValueError(f"not a blindheads checkpoint: {ckpt_path} (no decoder hyperparameters inside)")
     return checkpoint

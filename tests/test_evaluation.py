@@ -25,7 +25,7 @@ from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import GridSummary, auc_over_log_length
 from blindheads.evaluation.underflow import gradient_statistics
 from blindheads.modules import Decoder, DecoderConfig
-from blindheads.modules.config import PRESETS
+from blindheads.modules.config import SIZES
 from blindheads.modules.lm import DecoderLM
 from blindheads.numerics import flushing_subnormals, tau
 
@@ -141,7 +141,7 @@ class ProbeData(L.LightningDataModule):
 def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorboard(cache_dir, tmp_path):
     """With q = 0 every head is bias-dominated: the probe's first all-zero distance is the predicted one."""
     position = "alibi(blind_distances=[20.5, 30.5, 40.5, 60.5], dtype=float32)"
-    config = DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": position, "dtype": "float32", "vocab_size": 4096})
+    config = DecoderConfig(**{**SIZES["tiny"].__dict__, "position": position, "dtype": "float32", "vocab_size": 4096})
     model = DecoderLM(config)
     for block in model.decoder.blocks:
         torch.nn.init.zeros_(block.attn.q_proj.weight)
@@ -214,7 +214,7 @@ def test_gradient_statistics_against_autograd_by_hand():
 def slope_gradients(cache_dir, tmp_path, flush: bool):
     """The monitor on a learnable-slope model whose attention is bias only (q = 0), with and without flushing."""
     position = "alibi(blind_distances=[20.5, 30.5, 40.5, 60.5], learnable=True, dtype=float32)"
-    config = DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": position, "dtype": "float32", "vocab_size": 4096})
+    config = DecoderConfig(**{**SIZES["tiny"].__dict__, "position": position, "dtype": "float32", "vocab_size": 4096})
     torch.manual_seed(0)
     model = DecoderLM(config)
     for block in model.decoder.blocks:

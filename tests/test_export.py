@@ -22,7 +22,7 @@ from blindheads.datamodules.tokenizer import load_tokenizer
 from blindheads.evaluation.lm_eval_adapter import BlindheadsLM
 from blindheads.export.directory import export
 from blindheads.modules import DecoderConfig
-from blindheads.modules.config import PRESETS
+from blindheads.modules.config import SIZES
 from blindheads.modules.lm import DecoderLM
 
 
@@ -35,7 +35,7 @@ def checkpoint_of(model: DecoderLM, path: Path) -> Path:
 @pytest.mark.parametrize("spec", SPECS)
 def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
     torch.manual_seed(0)
-    model = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()
+    model = DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()
     with torch.no_grad():  # make learnable slopes differ from their initial values
         for name, parameter in model.named_parameters():
             if "log_slopes" in name:
@@ -90,7 +90,7 @@ def test_export_of_a_missing_checkpoint_fails_clearly(tmp_path):
 def adapter(cache_dir):
     torch.manual_seed(0)
     tokenizer = load_tokenizer("builtin", cache_dir)
-    decoder = DecoderLM(DecoderConfig(**{**PRESETS["tiny"].__dict__, "vocab_size": 4096})).decoder.eval()
+    decoder = DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "vocab_size": 4096})).decoder.eval()
     return BlindheadsLM(decoder=decoder, tokenizer=tokenizer, batch_size=3, max_length=128)
 
 
@@ -195,3 +195,24 @@ def test_test_command_includes_lm_eval_in_the_results(cache_dir, tmp_path):
 def test_unknown_lm_eval_task_fails_clearly():
     with pytest.raises(ValueError, match=r"unknown lm-evaluation-harness tasks \['no_such_task'\]"):
         LMEvalHarness(tasks=["no_such_task"])
+
+
+def test_export_refuses_a_used_or_unwritable_target_and_a_truncated_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "attention": "sdpa"}))
+    ckpt = checkpoint_of(model, tmp_path / "model.ckpt")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"--out .*used already holds config.json: export into a new or empty"):
+        export(ckpt, used)
+    assert (used / "config.json").read_text() == "{}", "nothing overwritten"
+    (tmp_path / "a-file").write_text("")  # a target whose parent is a file: unwritable, even for root
+    with pytest.raises(ValueError, match=r"--out .*a-file/hf: cannot be written \(Not a directory\)"):
+        export(ckpt, tmp_path / "a-file/hf")
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(ckpt.read_bytes()[:1000])
+    with pytest.raises(ValueError, match=r"not a blindheads checkpoint: .*truncated.ckpt \("):
+        export(truncated, tmp_path / "out")
+    result = run_cli(["export", "--ckpt_path", str(truncated), "--out", str(tmp_path / "cli")])
+    assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -382,7 +382,7 @@ def test_a_hub_tokenizer_with_the_hub_unreachable_fails_in_seconds(cache_dir, tm
 def test_a_size_names_a_preset_and_the_config_records_its_shape(cache_dir, caplog):
     """configs/size/tiny.yaml names the tiny preset instead of restating it; what it replaces is logged, and the
     parsed config (which config.yaml saves) holds the shape the model has."""
-    from blindheads.modules.config import PRESETS, SHAPE
+    from blindheads.modules.config import SHAPE, SIZES
 
     args = [
         "--config",
@@ -396,5 +396,5 @@ def test_a_size_names_a_preset_and_the_config_records_its_shape(cache_dir, caplo
     ]
     cli = build_cli(args, run=False)
     for name in SHAPE:
-        assert getattr(cli.model.config, name) == cli.config.model.decoder[name] == getattr(PRESETS["tiny"], name)
+        assert getattr(cli.model.config, name) == cli.config.model.decoder[name] == getattr(SIZES["tiny"], name)
     assert "decoder size 'tiny' replaces hidden_size 128 -> 64" in caplog.text

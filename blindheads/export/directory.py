@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from blindheads.arguments import Parser
@@ -15,7 +16,14 @@ REMOTE_CODE = {
 
 
 def export(ckpt_path: str | Path, out: str | Path) -> Path:
-    """Write config, safetensors weights, the tokenizer and the remote-code stubs for ``AutoModelForCausalLM``."""
+    """Write config, safetensors weights, the tokenizer and the remote-code stubs for ``AutoModelForCausalLM`` into
+    ``out``, a new or empty directory (an export never overwrites another's files)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        held = (
+            "is a file" if not out.is_dir() else f"already holds {', '.join(sorted(p.name for p in out.iterdir())[:4])}"
+        )
+        raise ValueError(f"--out {out} {held}: export into a new or empty directory")
     checkpoint = load_checkpoint(ckpt_path)
     config = BlindheadsConfig.from_decoder_config(
         decoder_config(checkpoint),
@@ -32,21 +40,27 @@ def export(ckpt_path: str | Path, out: str | Path) -> Path:
         raise ValueError(
             f"checkpoint {ckpt_path} does not match its decoder: missing {missing}, unexpected {unexpected}"
         )
-    out = Path(out)
-    model.save_pretrained(out)
-    for name, source in REMOTE_CODE.items():
-        (out / name).write_text(source)
-    tokenizer = checkpoint_tokenizer(checkpoint)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
+    try:
+        model.save_pretrained(out)
+        for name, source in REMOTE_CODE.items():
+            (out / name).write_text(source)
+        tokenizer = checkpoint_tokenizer(checkpoint)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+    except OSError as error:
+        raise ValueError(f"--out {out}: cannot be written ({error.strerror or error})") from None
     return out
 
 
-def main(argv: list[str]) -> None:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = Parser("blindheads export", __doc__)
-    parser.add_argument("--ckpt_path", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
+    parser.add_argument("--ckpt_path", required=True, help="a blindheads checkpoint")
+    parser.add_argument("--out", required=True, help="a new or empty directory")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
     out = export(args.ckpt_path, args.out)
     print(
         f"exported {args.ckpt_path} to {out}/\nload it with: import blindheads.export.hf, then "

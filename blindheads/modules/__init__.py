@@ -1,6 +1,6 @@
 """The decoder, its configuration and its swappable position components."""
 
-from blindheads.modules.config import PRESETS, DecoderConfig
+from blindheads.modules.config import SIZES, DecoderConfig
 from blindheads.modules.decoder import Decoder
 
-__all__ = ["PRESETS", "Decoder", "DecoderConfig"]
+__all__ = ["SIZES", "Decoder", "DecoderConfig"]

@@ -69,9 +69,9 @@ class DecoderConfig:
             raise ValueError(f"head size {self.hidden_size // self.num_heads} must be even (RoPE rotates pairs)")
 
     def _apply_size(self) -> None:
-        if self.size not in PRESETS:
-            raise ValueError(f"unknown decoder size {self.size!r}; valid: {', '.join(PRESETS)}")
-        preset, defaults = PRESETS[self.size], DecoderConfig()
+        if self.size not in SIZES:
+            raise ValueError(f"unknown decoder size {self.size!r}; valid: {', '.join(SIZES)}")
+        preset, defaults = SIZES[self.size], DecoderConfig()
         replaced = []
         for name in SHAPE:
             given, value = getattr(self, name), getattr(preset, name)
@@ -87,15 +87,15 @@ class DecoderConfig:
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> DecoderConfig:
-        if name not in PRESETS:
-            raise ValueError(f"unknown decoder preset {name!r}; valid: {', '.join(PRESETS)}")
+        if name not in SIZES:
+            raise ValueError(f"unknown decoder preset {name!r}; valid: {', '.join(SIZES)}")
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown decoder fields {sorted(unknown)}; valid: {[f.name for f in fields(cls)]}")
-        return replace(PRESETS[name], **overrides)
+        return replace(SIZES[name], **overrides)
 
 
-PRESETS = {
+SIZES = {
     # SmolLM-135M's shape with full multi-head attention: 147.8M parameters, tied embeddings.
     "smollm-148m": DecoderConfig(),
     # For tests and CPU smoke runs: grouped KV heads, so that path is always exercised.

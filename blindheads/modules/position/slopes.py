@@ -18,13 +18,13 @@ from torch import Tensor
 from blindheads.numerics import tau
 
 # Blindness-distance presets: name -> function(num_heads, context_length) -> distances in tokens.
-PRESETS = {
+BLIND_DISTANCE_PRESETS = {
     "steep": lambda n, context: _geometric(128, 512, n),
     "safe": lambda n, context: _geometric(2048, 4096, n),
     "wide": lambda n, context: 2.0 ** torch.linspace(4, 12, n, dtype=torch.float64, device="cpu").round(),
     "robust": lambda n, context: context * torch.arange(1, n + 1, dtype=torch.float64, device="cpu") / n,
 }
-SCHEMES = ("press", "mpt", *PRESETS)
+SCHEMES = ("press", "mpt", *BLIND_DISTANCE_PRESETS)
 
 
 def _geometric(low: float, high: float, n: int) -> Tensor:
@@ -84,8 +84,10 @@ def resolve_slopes(
             slopes = press_slopes(num_heads)
         elif scheme == "mpt":
             slopes = mpt_slopes(num_heads, alibi_bias_max)
-        elif scheme in PRESETS:
-            slopes = slopes_for_blind_distances(PRESETS[scheme](num_heads, context_length), dtype, threshold)
+        elif scheme in BLIND_DISTANCE_PRESETS:
+            slopes = slopes_for_blind_distances(
+                BLIND_DISTANCE_PRESETS[scheme](num_heads, context_length), dtype, threshold
+            )
         else:
             raise ValueError(f"unknown ALiBi slope scheme {scheme!r}; valid: {', '.join(SCHEMES)} or a list of slopes")
     else:
