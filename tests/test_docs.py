@@ -19,16 +19,20 @@ INLINE = re.compile(r"`(blindheads [^`]+)`")
 
 
 def commands(page: Path) -> list[str]:
-    """``blindheads ...`` lines of the page's code blocks (continuations joined) and inline code."""
-    text = page.read_text()
+    """The ``blindheads ...`` command lines of the page's code blocks (continuations joined); synopses with
+    placeholders (``PATH``, ``<...>``, ``[...]``, ``$s``) are left out."""
     found = []
-    for block in FENCE.findall(text):
+    for block in FENCE.findall(page.read_text()):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip().removeprefix("$ ")
             if line.startswith("blindheads "):
                 found.append(line)
-    found += INLINE.findall(text)
-    return [c for c in found if not re.search(r"\$|\.\.\.|[A-Z]{3,}|\[|\|", c)]  # placeholders and synopses left out
+    return [c for c in found if not re.search(r"[$<\[|]|\.\.\.|[A-Z]{3,}", c)]
+
+
+def mentions(page: Path) -> list[str]:
+    """The subcommand of every ``blindheads X ...`` in inline code."""
+    return [m.split()[1] for m in INLINE.findall(page.read_text()) if len(m.split()) > 1]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
@@ -73,5 +77,10 @@ def test_every_command_in_the_docs_parses(page, command, monkeypatch, capsys):
     _parse(shlex.split(command)[1:])
 
 
-def test_the_docs_name_commands_at_all():
+def test_the_docs_name_commands_at_all_and_only_real_subcommands():
+    from blindheads.cli import COMMANDS
+
     assert len(DOC_COMMANDS) >= 10
+    for page in PAGES:
+        unknown = [name for name in mentions(page) if name not in COMMANDS and not name.startswith("-")]
+        assert not unknown, f"{page.name} names subcommands that do not exist: {unknown}"

@@ -38,4 +38,4 @@ def test_an_evaluation_length_the_prompts_cannot_take_is_refused_before_training
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert "PasskeyEval at lengths [32, 64]: a prompt of 32 tokens is too short" in last, result.stderr[-2000:]
-    assert not list((tmp_path / "alibi/run").rglob("*.ckpt")), "refused before the first step"
+    assert not (tmp_path / "alibi").exists(), "a run refused before its first step leaves no run directory"

@@ -135,6 +135,15 @@ class BlindheadsCLI(LightningCLI):
             trainer.callbacks.append(ResultsFile())
         return trainer
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        """A run refused before its first step leaves no run directory behind (``RunLock``)."""
+        try:
+            super()._run_subcommand(subcommand)
+        finally:
+            for callback in self.trainer.callbacks:
+                if isinstance(callback, RunLock):
+                    callback.remove_discarded()
+
     def after_test(self) -> None:
         """``test`` ends with the short report (after Lightning's table of every metric, when ``--verbose``)."""
         for callback in self.trainer.callbacks:
