@@ -39,3 +39,33 @@ def test_an_evaluation_length_the_prompts_cannot_take_is_refused_before_training
     last = result.stderr.strip().splitlines()[-1]
     assert "PasskeyEval at lengths [32, 64]: a prompt of 32 tokens is too short" in last, result.stderr[-2000:]
     assert not (tmp_path / "alibi").exists(), "a run refused before its first step leaves no run directory"
+
+
+def layout_charts(run_dir) -> dict[str, list[str]]:
+    """The custom-scalars layout in a run's event files: category -> chart titles."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+
+    events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    (stored,) = events.Tensors(metadata.CONFIG_SUMMARY_TAG)
+    parsed = layout_pb2.Layout()
+    parsed.ParseFromString(stored.tensor_proto.string_val[0])
+    return {category.title: [chart.title for chart in category.chart] for category in parsed.category}
+
+
+def test_a_run_opens_tensorboard_with_its_layout(cache_dir, tmp_path):
+    """The tiny model (2 layers, 4 heads): a chart per layer of underflow, one per head of blind distance."""
+    result = run_cli(
+        [
+            "fit",
+            *tiny_run_args(
+                tmp_path, cache_dir, **{"--trainer.max_steps": "2", "--trainer.logger.init_args.version": "run"}
+            ),
+        ]
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    charts = layout_charts(tmp_path / "alibi/run")
+    assert charts["underflow: share of weights exactly zero, per layer"] == ["layer 0", "layer 1"]
+    assert charts["blind distance: measured (every layer) against predicted"] == [f"head {h}" for h in range(4)]
+    assert "exact" in charts["recall by distance"]

@@ -12,6 +12,7 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from blindheads.callbacks.layout import TensorBoardLayout
 from blindheads.callbacks.results import ResultsFile
 from blindheads.cli.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
 from blindheads.cli.checkpoint_options import describe, is_typed, replaced_options, typed_options
@@ -129,6 +130,7 @@ class BlindheadsCLI(LightningCLI):
         plugins = plugins if isinstance(plugins, list) else [plugins]
         trainer = super().instantiate_trainer(plugins=[AtomicCheckpointIO(), *plugins], **kwargs)
         trainer.callbacks.insert(0, RunLock())  # first: before the config is saved into the run directory
+        trainer.callbacks.append(TensorBoardLayout())
         if self.subcommand == "fit":
             trainer.callbacks.append(SaveOnInterrupt())
         if self.subcommand == "test":
