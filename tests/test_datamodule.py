@@ -370,3 +370,18 @@ def test_resume_refuses_another_batch_and_names_both(cache_dir, parquet_files):
         make_datamodule(cache_dir, parquet_files, batch_size=8).load_state_dict(state)
     with pytest.raises(ValueError, match=r"resume on 1 processes \(devices x nodes\) with --data.num_workers 0"):
         make_datamodule(cache_dir, parquet_files, num_workers=2).load_state_dict(state)
+
+
+def test_a_truncated_cached_tokenizer_is_rebuilt_or_named(tmp_path):
+    from blindheads.datamodules.tokenizer import builtin_tokenizer_dir, load_tokenizer
+
+    good = load_tokenizer("builtin", tmp_path, 512)
+    cached = builtin_tokenizer_dir(tmp_path, 512) / "tokenizer.json"
+    cached.write_text(cached.read_text()[:2000])  # a copy killed mid-write
+    rebuilt = load_tokenizer("builtin", tmp_path, 512)
+    assert rebuilt("The grass is green.").input_ids == good("The grass is green.").input_ids
+    local = tmp_path / "mine"
+    good.save_pretrained(local)
+    (local / "tokenizer.json").write_text("{")
+    with pytest.raises(ValueError, match=r"tokenizer '.*mine': the files in .*mine cannot be read .* delete them"):
+        load_tokenizer(str(local), tmp_path, 512)

@@ -3,6 +3,7 @@ builtin corpus and saved as a Hugging Face tokenizer directory, so both load thr
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -13,6 +14,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from blindheads.datamodules.builtin_corpus import builtin_documents
 from blindheads.datamodules.hub import require_hub
+
+log = logging.getLogger(__name__)
 
 BUILTIN = "builtin"
 EOS = "<|endoftext|>"
@@ -78,6 +81,13 @@ def load_tokenizer(name: str, cache_dir: str | Path, builtin_vocab_size: int = 4
             f"cannot load tokenizer {name!r} ({error.__class__.__name__}); {OFFLINE_HINT}, or a Hugging Face Hub "
             "name with the Hub reachable"
         ) from None
+    except Exception as error:  # files that exist but cannot be parsed: a truncated or damaged cache
+        if name != BUILTIN:
+            raise ValueError(f"tokenizer {name!r}: the files in {path} cannot be read ({type(error).__name__}: "
+                             f"{str(error)[:120]}); delete them to download them again") from None  # fmt: skip
+        log.warning(f"the cached builtin tokenizer in {path} cannot be read ({type(error).__name__}); rebuilding it")
+        shutil.rmtree(path, ignore_errors=True)
+        tokenizer = _from_pretrained(resolve_tokenizer_path(name, cache_dir, builtin_vocab_size))
     if tokenizer.eos_token_id is None:
         raise ValueError(f"tokenizer {name!r} has no EOS token to separate documents")
     return tokenizer
