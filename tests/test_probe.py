@@ -157,3 +157,28 @@ def test_probe_json_has_no_nan():
     safe = json_safe({"acc": [float("nan"), 0.5], "d": {"x": float("inf")}, "n": 3, "s": "a"})
     assert safe == {"acc": [None, 0.5], "d": {"x": None}, "n": 3, "s": "a"}
     json.dumps(safe, allow_nan=False)
+
+
+def test_a_blindheads_export_is_probed_without_a_prompt_and_a_made_up_name_fails_fast(cache_dir, tmp_path):
+    import json
+
+    from training_runs import run_cli
+
+    from blindheads.export.directory import export
+    from blindheads.modules import SIZES, DecoderConfig
+    from blindheads.modules.lm import DecoderLM
+
+    torch.manual_seed(0)
+    config = DecoderConfig(**{**SIZES["tiny"].__dict__, "position": "alibi(blind_distances=[20, 40, 60, 80])",
+                              "dtype": "float32", "vocab_size": 4096})  # fmt: skip
+    model = DecoderLM(config)
+    torch.save({"hyper_parameters": dict(model.hparams), "state_dict": model.state_dict(),
+                "datamodule_hyper_parameters": {"tokenizer": "builtin", "cache_dir": str(cache_dir)}},
+               tmp_path / "m.ckpt")  # fmt: skip
+    export(tmp_path / "m.ckpt", tmp_path / "hf")
+    result = run_cli(["probe", "--model", str(tmp_path / "hf"), "--lengths", "128", "--out", str(tmp_path / "p")])
+    assert result.returncode == 0 and "[y/N]" not in result.stdout + result.stderr, result.stderr[-2000:]
+    probe = json.loads((tmp_path / "p/probe.json").read_text())
+    assert probe["architecture"] == "blindheads"
+    made_up = run_cli(["probe", "--model", "made-up/no-such-model"], env={"HF_HUB_OFFLINE": "0"}, timeout=60)
+    assert made_up.returncode != 0 and len(made_up.stderr.strip().splitlines()) == 1, made_up.stderr

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from blindheads.blindness import blind_distances
+from blindheads.datamodules.hub import require_hub
 from blindheads.evaluation.contexts import forward_hooks
 from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_distance, zero_statistics
 from blindheads.modules.position import ALiBi, PositionStack
@@ -19,9 +21,21 @@ from blindheads.probes.text import documents, token_stream
 
 
 def load_published(name: str, dtype: str = "float32"):
-    """Model (eager attention, eval mode) and tokenizer from a local directory or the Hub."""
+    """Model (eager attention, eval mode) and tokenizer from a local directory (a blindheads export too), the Hub's
+    cache, or the Hub, asked first whether it is reachable."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import blindheads.export.hf  # noqa: F401  (registers exported blindheads models: no remote code, no prompt)
+
+    local = Path(name).exists()
+    if not local:
+        try:
+            AutoTokenizer.from_pretrained(name, local_files_only=True)
+        except OSError:
+            try:
+                require_hub(f"model {name!r}", "download it first or pass a local directory")
+            except ConnectionError as error:
+                raise ValueError(str(error)) from None
     try:
         model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager", dtype=resolve_dtype(dtype))
         tokenizer = AutoTokenizer.from_pretrained(name)
@@ -34,7 +48,10 @@ def load_published(name: str, dtype: str = "float32"):
 
 
 def attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The per-layer self-attention modules: outermost modules whose class name ends in ``Attention``."""
+    """The per-layer self-attention modules: outermost modules whose class name ends in ``Attention`` (in an exported
+    blindheads model, each block's ``AttentionWeights``)."""
+    if model.config.model_type == "blindheads":
+        return [block.attn.weights for block in model.decoder.blocks]
     found = []
     for name, module in model.named_modules():
         if type(module).__name__.endswith("Attention") and not any(name.startswith(f"{p}.") for p, _ in found):
@@ -57,6 +74,9 @@ def measure(model: nn.Module, tokens: torch.Tensor) -> list[ZeroStatistics]:
 
     def reduce(index):
         def hook(module, inputs, output):
+            if isinstance(output, torch.Tensor):  # blindheads' AttentionWeights hand out the weights themselves
+                per_layer[index] = zero_statistics(output)
+                return None
             weights = next((o for o in output[1:] if isinstance(o, torch.Tensor) and o.dim() == 4), None)
             if weights is None:
                 raise RuntimeError(
@@ -68,7 +88,10 @@ def measure(model: nn.Module, tokens: torch.Tensor) -> list[ZeroStatistics]:
         return hook
 
     with forward_hooks(attention_modules(model), reduce):
-        model(tokens.to(model.device), output_attentions=True, use_cache=False)
+        if model.config.model_type == "blindheads":
+            model.decoder.hidden_states(tokens.to(model.device), attention="eager")
+        else:
+            model(tokens.to(model.device), output_attentions=True, use_cache=False)
     return [per_layer[i] for i in sorted(per_layer)]
 
 

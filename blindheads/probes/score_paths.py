@@ -54,6 +54,15 @@ def score_path(model: nn.Module) -> ScorePath:
             "logits = q.k * softmax_scale + alibi; softmax in float32, cast to the model dtype",
             notes,
         )
+    if kind == "blindheads":
+        alibi = [c for c in model.decoder.position if type(c).__name__ == "ALiBi"]
+        plain = len(alibi) == 1 and len(list(model.decoder.position)) == 1
+        return ScorePath(
+            "blindheads",
+            alibi[0].slopes.detach().cpu() if plain else None,
+            "logits = q.k / sqrt(d) + bias; softmax in softmax_dtype (eager backend)",
+            [] if plain else ["a stack other than plain ALiBi: measured only (blindheads blindness predicts it)"],
+        )
     return ScorePath(kind, None, "unknown: measured only")
 
 
