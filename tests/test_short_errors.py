@@ -37,3 +37,12 @@ def test_a_bad_config_file_is_a_short_error(config, expected, tmp_path, monkeypa
     message = str(exit.value.code)
     assert expected in message and message.endswith("see: blindheads fit --help")
     assert len(message.splitlines()) <= 5
+
+
+def test_a_run_name_no_folder_can_hold_is_refused(monkeypatch):
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as exit:
+        main(["fit", "--config", "configs/smoke.yaml", "--trainer.logger.init_args.name", "x" * 259])
+    assert str(exit.value.code) == (
+        "blindheads fit: error: --trainer.logger.init_args.name is 259 bytes long: a folder name holds at most 255"
+    )

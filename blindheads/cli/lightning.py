@@ -50,6 +50,7 @@ class BlindheadsCLI(LightningCLI):
         the shape fields in the parsed config itself, so the run's ``config.yaml`` records the shape the model has
         (``DecoderConfig`` applies it too, for Python users)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
+        _check_run_names(config)
         decoder = config.get("model", {}).get("decoder")
         if decoder is None:
             return
@@ -151,6 +152,18 @@ class BlindheadsCLI(LightningCLI):
         for callback in self.trainer.callbacks:
             if isinstance(callback, ResultsFile) and callback.report:
                 print("\n" + "\n".join(callback.report), flush=True)
+
+
+def _check_run_names(config) -> None:
+    """The logger's name and version become folder names: refuse one the file system cannot hold, before any run."""
+    logger = config.get("trainer", {}).get("logger")
+    args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
+    for key in ("name", "version"):
+        value = args.get(key) if args is not None else None
+        if isinstance(value, str) and (len(value.encode()) > 255):
+            raise ValueError(
+                f"--trainer.logger.init_args.{key} is {len(value.encode())} bytes long: a folder name holds at most 255"
+            )
 
 
 def apply_threshold(threshold: str) -> None:
