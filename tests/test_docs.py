@@ -32,7 +32,8 @@ def commands(page: Path) -> list[str]:
 
 def mentions(page: Path) -> list[str]:
     """The subcommand of every ``blindheads X ...`` in inline code."""
-    return [m.split()[1] for m in INLINE.findall(page.read_text()) if len(m.split()) > 1]
+    names = [m.split()[1] for m in INLINE.findall(page.read_text()) if len(m.split()) > 1]
+    return [name for name in names if not name.isupper()]  # COMMAND: a placeholder
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))

@@ -54,7 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--conditions", nargs="+", default=CONDITIONS, help="any of the conditions above")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="seeds")
     parser.add_argument("--steps", type=int, default=800, help="training steps")
-    parser.add_argument("--every", type=int, default=100, help="steps between recall measurements")
+    parser.add_argument("--every", type=int, default=200, help="steps between recall measurements")
     parser.add_argument("--out", default="results/conjecture", help="summary directory")
     parser.add_argument("--runs", default="runs/conjecture", help="checkpoints and logs")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
