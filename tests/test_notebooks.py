@@ -121,3 +121,33 @@ def test_notebook_paths_are_the_repositorys_wherever_jupyter_starts(tmp_path, mo
             {"runs_dir": "runs/no-such-experiment", "output_dir": str(tmp_path)},
             REPO / "notebooks",
         )
+
+
+def test_the_run_table_marks_crashed_and_incomplete_runs(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from blindheads.analysis.runs import comparison_table
+
+    def run(name: str, steps: int, checkpoint: bool, tested: bool = False) -> None:
+        directory = tmp_path / "alibi" / name
+        with SummaryWriter(directory) as writer:
+            for step in range(steps):
+                writer.add_scalar("train/loss", 3.0, step)
+        (directory / "config.yaml").write_text("trainer:\n  max_steps: 10\n")
+        if checkpoint:
+            (directory / "checkpoints").mkdir()
+            (directory / "checkpoints/last.ckpt").write_bytes(b"")
+        if tested:
+            (directory / "results.json").write_text('{"metrics": {}}')
+
+    run("crashed", 3, checkpoint=False)
+    run("stopped", 6, checkpoint=True)
+    run("done", 10, checkpoint=True)
+    run("tested", 10, checkpoint=True, tested=True)
+    status = comparison_table(tmp_path).set_index("version")["status"].to_dict()
+    assert status == {
+        "crashed": "no checkpoint: stopped before its first one",
+        "done": "trained",
+        "stopped": "incomplete: 6 of 10 steps logged (resume with --ckpt_path last)",
+        "tested": "tested",
+    }

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 COMPARISON = {
@@ -65,6 +66,7 @@ def comparison_table(root: str | Path) -> pd.DataFrame:
             "experiment": run.parent.name,
             "version": run.name,
             "step": int(frame["step"].max()) if len(frame) else 0,
+            "status": run_status(run, frame),
         }
         row.update({column: _last(frame, tag) for column, tag in COMPARISON.items()})
         results = run / "results.json"
@@ -76,6 +78,24 @@ def comparison_table(root: str | Path) -> pd.DataFrame:
                     row[column] = value
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def run_status(run: Path, frame: pd.DataFrame) -> str:
+    """``tested``, ``trained``, or what is missing: a run killed before its first checkpoint, or one stopped short
+    of its ``max_steps`` (from its ``config.yaml``), with how to go on."""
+    if (run / "results.json").exists():
+        return "tested"
+    if not any(run.glob("checkpoints/*.ckpt")):
+        return "no checkpoint: stopped before its first one"
+    config = run / "config.yaml"
+    max_steps = (
+        (yaml.safe_load(config.read_text()) or {}).get("trainer", {}).get("max_steps") if config.exists() else None
+    )
+    trained = frame.loc[frame["tag"] == "train/loss", "step"]
+    done = int(trained.max()) + 1 if len(trained) else 0
+    if isinstance(max_steps, int) and max_steps > 0 and done < max_steps:
+        return f"incomplete: {done} of {max_steps} steps logged (resume with --ckpt_path last)"
+    return "trained"
 
 
 def per_head(frame: pd.DataFrame, prefix: str = "underflow") -> pd.DataFrame:
