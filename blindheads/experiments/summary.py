@@ -178,6 +178,9 @@ def plot_recall_by_distance(out: Path, table: pd.DataFrame, predicted: dict[str,
         axis.plot(mean.index, mean["blind_share"], "--", color="tab:red", label="fact blind")
         axis.set_title(setup, fontsize="medium")
         axis.set_xscale("log", base=2)
+        distances = sorted(table["distance"].unique())
+        axis.set_xticks(distances, [f"{d:.0f}" for d in distances], fontsize="x-small")
+        axis.minorticks_off()
         axis.set_xlim(low / 1.2, high * 1.2)
         axis.set_ylim(-0.03, 1.03)
     for axis in axes.flat[len(setups) :]:
@@ -246,15 +249,25 @@ def _plot_auc(out: Path, runs: pd.DataFrame, order: list[str]) -> None:
 
 
 def _plot_loss_by_length(out: Path, runs: pd.DataFrame, order: list[str]) -> None:
+    """Held-out loss against evaluation length, a line per setup; setups whose curves agree to 0.005 nats share
+    one line, labelled with all their names (they would hide each other)."""
     factors = [f for f in (1, 2, 4, 8) if runs[f"loss_{f}x"].notna().any()]
+    means = runs.groupby("setup", sort=False)[[f"loss_{f}x" for f in factors]].mean().reindex(order)
+    groups: list[list[str]] = []
+    for setup in order:
+        same = next((g for g in groups if (means.loc[g[0]] - means.loc[setup]).abs().max() < 0.005), None)
+        if same is None:
+            groups.append([setup])
+        else:
+            same.append(setup)
     figure = Figure(figsize=(7, 4))
     axis = figure.subplots()
-    axis.set_prop_cycle(color=colormaps["tab20"].colors)  # a colour per setup
-    for setup in order:
-        losses = runs.loc[runs["setup"] == setup, [f"loss_{f}x" for f in factors]].mean()
-        axis.plot(factors, losses.to_numpy(), marker="o", label=setup)
+    axis.set_prop_cycle(color=colormaps["tab20"].colors)  # a colour per line
+    for group in groups:
+        axis.plot(factors, means.loc[group[0]].to_numpy(), marker="o", label=" = ".join(group))
     axis.set_xscale("log", base=2)
     axis.set_xticks(factors, [f"{f}x" for f in factors])
+    axis.minorticks_off()
     axis.set_xlabel("evaluation length / training length")
     axis.set_ylabel("held-out loss")
     axis.legend(fontsize="x-small", ncol=2)
@@ -275,11 +288,9 @@ def _plot_heads(out: Path, heads: pd.DataFrame) -> None:
     figure.savefig(out / "underflow_per_head.png", dpi=120)
 
 
-def write_summary(
-    out: Path, records: list[dict], command: str, wall_s: float, runs_dir: Path | None = None
-) -> pd.DataFrame:
+def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -> pd.DataFrame:
+    """The summary's tables and figures from the runs' records (``results.json`` is ``write_summary``'s)."""
     out.mkdir(parents=True, exist_ok=True)
-    span = _span_s(runs_dir) if runs_dir is not None else None
     runs = run_rows(records)
     table = by_setup(runs)
     heads = per_head_underflow(records)
@@ -298,6 +309,15 @@ def write_summary(
     if not curves.empty:
         curves.to_csv(out / "recall_curves.csv", index=False)
         plot_recall_curves(out, curves)
+    return table
+
+
+def write_summary(
+    out: Path, records: list[dict], command: str, wall_s: float, runs_dir: Path | None = None
+) -> pd.DataFrame:
+    """``write_tables``, then ``results.json``: every run's record with the command, versions and wall time."""
+    table = write_tables(out, records, runs_dir)
+    span = _span_s(runs_dir) if runs_dir is not None else None
     provenance = {
         "command": command,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
