@@ -1,6 +1,6 @@
 """blindheads conjecture: can a head that is blind at a distance learn to use what lies there?
 
-Exactly-zero attention weights pass no gradient. Here every head of a 2-layer model goes blind BLIND tokens back
+Exactly-zero attention weights pass no gradient. Here every head of a 2-layer model (4 heads) goes blind BLIND tokens back
 (float32, subnormals flushed), so no chain of non-zero weights spans more than 2 * BLIND tokens. The data
 (configs/experiments/conjecture.yaml over laptop.yaml: an episode of the mix's short template in every
 512-token window, kettle = 5. ... kettle = 5.) puts answers near (gap 1: 9 tokens back, a bias of 4.4 nats:
@@ -161,7 +161,7 @@ def plot(out: Path, data: pd.DataFrame) -> None:
     far.set_title(f"exact recall, gap {FAR} (about 470 back, beyond every path when blind)")
     for axis in (near, far):
         axis.set_ylim(-0.02, 1.02)
-    weight.set_title("largest weight on the far answer over 16 layer-heads")
+    weight.set_title("largest weight on the far answer over every layer-head")
     weight.set_yscale("log")
     weight.set_ylim(floor / 10, 1.5)
     ticks = [floor, 1e-30, 1e-20, 1e-10, 1]
