@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nbformat
@@ -101,11 +102,16 @@ def test_training_runs_notebook_compares_experiments(tmp_path, cache_dir):
     assert set(underflow["run"]) == {"alibi/run", "nope/run"} and set(underflow["head"]) == {0, 1, 2, 3}
 
 
-def test_the_demos_printed_commands_work_as_printed():
+def test_the_demos_printed_commands_work_as_printed(monkeypatch):
     """`make demo` prints commands for a shell where .venv is not activated: they must name the venv's binaries."""
+    from blindheads.evaluation.report import run_report
+
     makefile = (Path(__file__).parents[1] / "Makefile").read_text()
-    printed = [line for line in makefile.splitlines() if line.strip().startswith("@echo") and "--logdir" in line]
-    assert printed and all("$(VENV)/bin/tensorboard --logdir" in line for line in printed)
+    printed = [line for line in makefile.splitlines() if line.strip().startswith("@echo")]
+    assert printed and all("$(VENV)/bin/" in line for line in printed if "activate" in line)
+    monkeypatch.chdir(REPO)
+    (line,) = [line for line in run_report({}, "runs/demo") if line.startswith("TensorBoard")]
+    assert line == f"TensorBoard: {Path(sys.executable).parent.relative_to(REPO)}/tensorboard --logdir runs/demo"
 
 
 def test_notebook_paths_are_the_repositorys_wherever_jupyter_starts(tmp_path, monkeypatch):

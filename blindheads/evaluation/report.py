@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
+from pathlib import Path
 
 MEASURED = re.compile(r"^test/blind_distance/layer(\d+)/head(\d+)$")
 PREDICTED = re.compile(r"^test/blind_distance_predicted/materialized/head(\d+)$")
@@ -27,8 +30,18 @@ def run_report(metrics: dict[str, float], log_dir: str | None = None) -> list[st
         if auc_in is not None or auc_out is not None:
             lines.append(f"{task}: AUC {_number(auc_in)} inside the training length, {_number(auc_out)} beyond")
     if log_dir:
-        lines.append(f"TensorBoard: tensorboard --logdir {log_dir}")
+        lines.append(f"TensorBoard: {tensorboard_command()} --logdir {log_dir}")
     return lines
+
+
+def tensorboard_command() -> str:
+    """``tensorboard`` as this interpreter's environment has it (``.venv/bin/tensorboard``): it works from a shell
+    where the environment is not activated."""
+    beside = Path(sys.executable).parent / "tensorboard"
+    if not beside.exists():
+        return "tensorboard"
+    relative = os.path.relpath(beside)
+    return relative if not relative.startswith("..") else str(beside)
 
 
 def _blindness(metrics: dict[str, float]) -> list[str]:
