@@ -102,12 +102,31 @@ class DecoderLM(L.LightningModule):
         per-step host sync is needed; ``check_finite`` raises at the next logging boundary or checkpoint."""
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads)
+        self._grad_norm = norm  # clipping reuses it
         finite = torch.isfinite(self._step_loss) & torch.isfinite(norm)
         optimizer.found_inf = (~finite).float()
         self._dead_steps = torch.where(norm == 0, self._dead_steps + 1, torch.zeros_like(self._dead_steps))
         step = torch.full_like(self._first_nonfinite, self.global_step)
         self._first_nonfinite = torch.where(finite | (self._first_nonfinite >= 0), self._first_nonfinite, step)
         self._nonfinite_steps += (~finite).long()
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip here, with the norm ``on_before_optimizer_step`` took, not through Lightning's precision plugin: its
+        mixed-precision plugin refuses any clipping with a fused optimizer (which unscales a ``GradScaler``'s
+        gradients inside its step), although bf16 autocast scales nothing. float16 AMP does scale them, so clipping
+        before the step would clip scaled gradients: it is refused."""
+        if not gradient_clip_val:
+            return
+        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            raise ValueError(
+                "gradient clipping with 16-mixed precision would clip scaled gradients (the fused AdamW unscales them "
+                "inside its step): use bf16-mixed, or set --trainer.gradient_clip_val null"
+            )
+        parameters = [p for p in self.parameters() if p.grad is not None]
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(parameters, gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grads_with_norm_(parameters, gradient_clip_val, self._grad_norm)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.global_step % self.trainer.log_every_n_steps == 0:
