@@ -139,34 +139,41 @@ def summarize(out: Path, data: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def plot(out: Path, data: pd.DataFrame) -> None:
+def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR, blind: int = BLIND) -> None:
     """Recall near and far, the far weight and learnable slopes over training: a line per condition (mean over
     seeds). Exactly-zero weights sit on their own row below the log axis, labelled 0."""
     figure = Figure(figsize=(11, 7))
     (near, far), (weight, slopes) = figure.subplots(2, 2)
-    floor = 1e-40
+    floor, always_zero = 1e-40, []
+    colors = {name: f"C{i}" for i, name in enumerate(dict.fromkeys(data["condition"]))}  # the same in every panel
     for name, frame in data.groupby("condition", sort=False):
-        for axis, gap in ((near, NEAR), (far, FAR)):
+        for axis, gap in ((near, near_gap), (far, far_gap)):
             curve = frame[frame["tag"] == f"recall/gap{gap}/exact"].groupby("step")["value"].mean()
-            axis.plot(curve.index, curve.to_numpy(), marker="o", label=name)
-        weights = frame[frame["tag"].str.match(rf"^recall/gap{FAR}/weight/")]
+            axis.plot(curve.index, curve.to_numpy(), marker="o", label=name, color=colors[name])
+        weights = frame[frame["tag"].str.match(rf"^recall/gap{far_gap}/weight/")]
         top = weights.groupby("step")["value"].max()
-        (line,) = weight.plot(top.index, top.clip(lower=floor).to_numpy(), marker="o", label=name)
-        if (top == 0).all():
-            line.set_linestyle("--")
+        if (top == 0).all():  # drawn once below, named together: such lines would hide each other
+            always_zero.append(name)
+            zero_steps = top.index
+        else:
+            weight.plot(top.index, top.clip(lower=floor).to_numpy(), marker="o", label=name, color=colors[name])
         for head, curve in frame[frame["tag"].str.startswith("recall/slope/")].groupby("tag"):
             mean = curve.groupby("step")["value"].mean()
             slopes.plot(mean.index, mean.to_numpy(), label=head.rsplit("/", 1)[-1])
-    near.set_title(f"exact recall, gap {NEAR} (about 9 tokens back, visible to every head)")
-    far.set_title(f"exact recall, gap {FAR} (about 470 back, beyond every path when blind)")
+    near.set_title(f"exact recall, gap {near_gap} (visible to every head)")
+    far.set_title(f"exact recall, gap {far_gap} (beyond every path when blind)")
     for axis in (near, far):
         axis.set_ylim(-0.02, 1.02)
+    if always_zero:
+        weight.plot(zero_steps, [floor] * len(zero_steps), "k--", marker="o")
+        weight.annotate(f"exactly 0 at every step: {', '.join(always_zero)}", (0.02, 0.06),
+                        xycoords="axes fraction", fontsize="small")  # fmt: skip
     weight.set_title("largest weight on the far answer over every layer-head")
     weight.set_yscale("log")
     weight.set_ylim(floor / 10, 1.5)
     ticks = [floor, 1e-30, 1e-20, 1e-10, 1]
     weight.set_yticks(ticks, ["0 (exactly)", "1e-30", "1e-20", "1e-10", "1"])
-    slopes.set_title(f"learnable slopes, mean over seeds (start: blind at {BLIND} tokens)")
+    slopes.set_title(f"learnable slopes, mean over seeds (start: blind at {blind} tokens)")
     slopes.ticklabel_format(axis="y", style="plain", useOffset=False)
     for axis in (near, far, weight, slopes):
         axis.set_xlabel("step")
