@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from copy import deepcopy
 from pathlib import Path
 
@@ -194,6 +195,8 @@ def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
 
 def main(argv: list[str]) -> BlindheadsCLI:
     watch_launcher()
+    # Lightning 2.6 warns about its own use of torch's pytree API on every fit: noise, not the user's concern
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
     try:  # From the console script the arguments are sys.argv's; LightningCLI warns when given both.
         return build_cli(None if argv == sys.argv[1:] else argv)
     except SIGTERMException:

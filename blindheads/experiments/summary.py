@@ -185,7 +185,8 @@ def plot_recall_by_distance(out: Path, table: pd.DataFrame, predicted: dict[str,
         axis.set_ylim(-0.03, 1.03)
     for axis in axes.flat[len(setups) :]:
         axis.set_visible(False)
-    for axis in axes[-1]:
+    for axis in axes.flat[max(0, len(setups) - columns) : len(setups)]:  # the lowest panel of each column
+        axis.tick_params(labelbottom=True)
         axis.set_xlabel("answer distance (tokens)")
     for axis in axes[:, 0]:
         axis.set_ylabel("share of episodes")
