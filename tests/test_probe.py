@@ -181,4 +181,6 @@ def test_a_blindheads_export_is_probed_without_a_prompt_and_a_made_up_name_fails
     probe = json.loads((tmp_path / "p/probe.json").read_text())
     assert probe["architecture"] == "blindheads"
     made_up = run_cli(["probe", "--model", "made-up/no-such-model"], env={"HF_HUB_OFFLINE": "0"}, timeout=60)
-    assert made_up.returncode != 0 and len(made_up.stderr.strip().splitlines()) == 1, made_up.stderr
+    lines = made_up.stderr.strip().splitlines()
+    assert made_up.returncode != 0 and lines[-1].startswith("blindheads probe: error: "), made_up.stderr
+    assert "Traceback" not in made_up.stderr and len(lines) <= 3, made_up.stderr
