@@ -38,5 +38,5 @@ def test_records_are_written_whole_and_a_truncated_one_is_named(tmp_path):
     write_json(path, {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["results.json"]
     path.write_text('{"a": ')
-    with pytest.raises(RunChanged, match=rf"{path} is not valid JSON .* remove it and run again"):
+    with pytest.raises(ValueError, match=rf"{path} is not valid JSON .* remove it and run again"):
         read_json(path)

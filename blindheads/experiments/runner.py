@@ -137,5 +137,5 @@ def read_json(path: Path):
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise RunChanged(f"{path} is not valid JSON ({error}): a run killed while writing it? remove it and run "
+        raise ValueError(f"{path} is not valid JSON ({error}): a run killed while writing it? remove it and run "
                          "again") from None  # fmt: skip

@@ -17,6 +17,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
+from blindheads.evaluation.report import PREDICTED  # each head's predicted blind distance, materialized
 
 COLUMNS = {  # summary column -> test metric
     "val_loss": "test/loss",
@@ -43,7 +44,6 @@ BY_DISTANCE = {  # recall_by_distance.csv column -> EpisodeRecall's tag
     "failed_blind": "failed_blind",
     "failed_reachable": "failed_reachable",
 }
-PREDICTED = re.compile(r"^test/blind_distance_predicted/materialized/head(\d+)$")
 PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")
 
 
