@@ -90,3 +90,16 @@ class SignalAtStep(L.Callback):
         if trainer.global_step >= self.step and not self.sent:
             self.sent = True
             os.killpg(os.getpgid(0), self.signum)
+
+
+class DiskFullAtStep(L.Callback):
+    """From step ``step`` on, writing ``last.ckpt`` fails as on a full disk: its staging file is made a link to
+    ``/dev/full`` (every write there fails with ENOSPC). Checkpoint callbacks run after this one."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            directory = trainer.checkpoint_callback.dirpath
+            os.symlink("/dev/full", os.path.join(directory, f".last.ckpt.partial-{os.getpid()}"))

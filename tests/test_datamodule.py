@@ -385,3 +385,22 @@ def test_a_truncated_cached_tokenizer_is_rebuilt_or_named(tmp_path):
     (local / "tokenizer.json").write_text("{")
     with pytest.raises(ValueError, match=r"tokenizer '.*mine': the files in .*mine cannot be read .* delete them"):
         load_tokenizer(str(local), tmp_path, 512)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_file_deleted_while_training_reads_it_is_named(cache_dir, parquet_files, num_workers):
+    """The stream reads its files in order: one deleted after training started fails when the stream reaches it,
+    naming the file (from a worker too, once the CLI unwraps the worker's traceback)."""
+    from blindheads.cli import one_line
+
+    dm = make_datamodule(cache_dir, parquet_files, num_workers=num_workers)
+    batches = iter(dm.train_dataloader())
+    next(batches)
+    Path(parquet_files[5]).unlink()
+    with pytest.raises(ValueError) as error:
+        for _ in range(10_000):
+            next(batches)
+    assert one_line(error.value) == (
+        f"data file {parquet_files[5]} was deleted or moved while training read it: restore it, then resume with "
+        "--ckpt_path last"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
@@ -28,6 +29,33 @@ def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path
     before, after = scalars(tmp_path / "straight", "train/loss"), scalars(tmp_path / "stopped", "train/loss")
     assert sorted(after) == list(range(20))
     assert after == pytest.approx(before, rel=1e-5, abs=1e-6)
+
+
+def test_a_full_disk_ends_in_one_line_and_last_resumes_from_the_newest_intact_checkpoint(cache_dir, tmp_path):
+    """At step 10 the step checkpoint is written, then last.ckpt cannot be (no space): the run ends naming the file,
+    the free space and the step-10 checkpoint, and ``--ckpt_path last`` resumes from it (not the step-5 last.ckpt),
+    continuing exactly as an uninterrupted run."""
+    extra = {"--trainer.logger.init_args.version": "run"}
+    straight = run_cli(["fit", *tiny_run_args(tmp_path / "straight", cache_dir, **extra)])
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    args = tiny_run_args(tmp_path / "full", cache_dir, **extra)
+    full = run_cli(["fit", *args, "--trainer.callbacks+=helpers.DiskFullAtStep", "--trainer.callbacks.step=10"])
+    checkpoints = tmp_path / "full/alibi/run/checkpoints"
+    last_line = full.stderr.rstrip().splitlines()[-1]
+    assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
+    assert re.fullmatch(
+        rf"blindheads fit: error: no space left on device writing {re.escape(str(checkpoints / 'last.ckpt'))} "
+        rf"\([\d.]+ [KMGT]?B free on {re.escape(str(checkpoints))}\): the newest intact checkpoint is "
+        rf"{re.escape(str(checkpoints / 'epoch=0-step=10.ckpt'))}; free some space, then resume with --ckpt_path last",
+        last_line,
+    ), last_line
+    assert not list(checkpoints.glob(".*partial*")), "the failed write leaves nothing behind"
+    resumed = run_cli(["fit", *args, "--ckpt_path", "last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {checkpoints / 'epoch=0-step=10.ckpt'}" in resumed.stderr
+    before, after = scalars(tmp_path / "straight", "train/loss"), scalars(tmp_path / "full", "train/loss")
+    assert sorted(after) == [step for step in range(20) if step != 9]  # step 10's loss was logging when it failed
+    assert after == pytest.approx({step: before[step] for step in after}, rel=1e-5, abs=1e-6)
 
 
 def test_an_evaluation_length_the_prompts_cannot_take_is_refused_before_training(cache_dir, tmp_path):
@@ -69,3 +97,21 @@ def test_a_run_opens_tensorboard_with_its_layout(cache_dir, tmp_path):
     assert charts["underflow: share of weights exactly zero, per layer"] == ["layer 0", "layer 1"]
     assert charts["blind distance: measured (every layer) against predicted"] == [f"head {h}" for h in range(4)]
     assert "exact" in charts["recall by distance"]
+
+
+def test_last_skips_a_newer_checkpoint_that_is_not_whole(tmp_path):
+    import os
+
+    import torch
+
+    from blindheads.cli.checkpoint_files import newest_intact
+
+    torch.save({"state_dict": {}}, tmp_path / "last.ckpt")
+    torch.save({"state_dict": {}}, tmp_path / "epoch=0-step=10.ckpt")
+    whole = (tmp_path / "epoch=0-step=10.ckpt").read_bytes()
+    (tmp_path / "epoch=0-step=15.ckpt").write_bytes(whole[: len(whole) // 2])  # cut short, as a full disk leaves one
+    os.utime(tmp_path / "last.ckpt", ns=(1, 1))
+    assert newest_intact(tmp_path) == tmp_path / "epoch=0-step=10.ckpt"
+    (tmp_path / "epoch=0-step=10.ckpt").unlink()
+    assert newest_intact(tmp_path) == tmp_path / "last.ckpt"
+    assert newest_intact(tmp_path / "nothing here") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from blindheads.cli import blindness
+from blindheads.cli.disk_full import DiskFull, no_space
 
 
 def _lightning(subcommand: str):
@@ -80,4 +81,20 @@ def main(argv: list[str] | None = None) -> None:
     try:
         COMMANDS[argv[0]](argv[1:])
     except (ValueError, FileNotFoundError) as error:  # bad input: the message names the value and the choices
-        sys.exit(f"blindheads {argv[0]}: error: {error}")
+        sys.exit(f"blindheads {argv[0]}: error: {one_line(error)}")
+    except Exception as error:  # a full disk, wherever it struck: one line, not a C++ traceback
+        full = no_space(error)
+        if full is None:
+            raise
+        if not isinstance(full, DiskFull):
+            full = DiskFull(full.filename or ".")
+        sys.exit(f"blindheads {argv[0]}: error: {full}")
+
+
+def one_line(error: BaseException) -> str:
+    """The error's own message: one raised in a DataLoader worker arrives wrapped in the worker's traceback."""
+    text = str(error)
+    if "Original Traceback" in text:
+        last = text.rstrip().splitlines()[-1]
+        text = last.split(": ", 1)[1] if last.startswith(f"{type(error).__name__}: ") else last
+    return text

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from blindheads.cli.disk_full import DiskFull, no_space
+
 
 def not_a_checkpoint(path, error: BaseException) -> str:
     """One line for a file that cannot be a checkpoint, naming it and why (never torch's ``weights_only`` advice)."""
@@ -37,8 +39,9 @@ def process_alive(pid: int) -> bool:
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes a local checkpoint to a temporary file beside it, syncs it, then renames it into place: a run killed
-    mid-write leaves the previous checkpoint intact, and the next save removes what such a run left. Remote paths
-    go through Lightning's own writer. Loading a file that is no checkpoint fails in one line."""
+    mid-write, or out of disk space, leaves the previous checkpoint intact (a full disk ends the run in one line,
+    ``DiskFull``), and the next save removes what such a run left. Remote paths go through Lightning's own writer.
+    Loading a file that is no checkpoint fails in one line."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         if "://" in str(path):
@@ -56,6 +59,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(staging, path)
+        except Exception as error:
+            if no_space(error) is None:
+                raise
+            raise DiskFull(path, path.parent) from None
         finally:
             staging.unlink(missing_ok=True)
 

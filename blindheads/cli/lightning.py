@@ -15,6 +15,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blindheads.callbacks.layout import TensorBoardLayout
 from blindheads.callbacks.results import ResultsFile
+from blindheads.cli.checkpoint_files import newest_intact
 from blindheads.cli.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
 from blindheads.cli.checkpoint_options import describe, is_typed, replaced_options, typed_options
 from blindheads.cli.interrupts import SaveOnInterrupt, exit_after_interrupt
@@ -99,8 +100,9 @@ class BlindheadsCLI(LightningCLI):
             log.warning(f"model option replaced by the checkpoint's: {describe(difference)}")
 
     def _resolve_last(self) -> None:
-        """``--ckpt_path last`` means the run's ``last.ckpt``: in the logger's version directory when one is set,
-        else in the newest ``version_N`` that has one, which the resumed run then keeps logging to."""
+        """``--ckpt_path last`` means the run's newest intact checkpoint (``last.ckpt`` unless a save after it failed
+        part-way, as on a full disk): in the logger's version directory when one is set, else in the newest
+        ``version_N`` that has one, which the resumed run then keeps logging to."""
         config = self.config[self.config.subcommand]
         logger = config.trainer.get("logger")
         args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
@@ -113,15 +115,15 @@ class BlindheadsCLI(LightningCLI):
         else:
             numbered = [p for p in run.glob("version_*") if p.name.removeprefix("version_").isdigit()]
             candidates = sorted(numbered, key=lambda p: int(p.name.removeprefix("version_")), reverse=True)
-        found = next((c for c in candidates if (c / "checkpoints" / "last.ckpt").is_file()), None)
+        found = next(((c, ckpt) for c in candidates if (ckpt := newest_intact(c / "checkpoints"))), None)
         if found is None:
             looked = ", ".join(str(c / "checkpoints") for c in candidates[:3]) or f"{run}/version_*/checkpoints"
             raise ValueError(
-                f"--ckpt_path last: no last.ckpt in {looked}; give the checkpoint's path, or the run's "
+                f"--ckpt_path last: no intact checkpoint in {looked}; give the checkpoint's path, or the run's "
                 "version with --trainer.logger.init_args.version"
             )
-        args.version = found.name
-        config.ckpt_path = str(found / "checkpoints" / "last.ckpt")
+        args.version = found[0].name
+        config.ckpt_path = str(found[1])
         print(f"resuming from {config.ckpt_path}", file=sys.stderr)
 
     def instantiate_trainer(self, **kwargs):

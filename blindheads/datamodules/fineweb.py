@@ -130,6 +130,7 @@ class FineWebEdu(L.LightningDataModule):
             repeat=repeat,
             resume=resume,
             episodes=self._episode_writer() if split == "train" else None,
+            files=getattr(self.files, split),
         )
 
     def _episode_writer(self) -> EpisodeWriter | None:

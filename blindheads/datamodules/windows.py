@@ -14,6 +14,7 @@ data epoch after epoch, so every rank always has a next batch and training lengt
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,12 +51,14 @@ class TokenWindows(torch.utils.data.IterableDataset):
         repeat: bool = True,
         resume: dict[str, Any] | None = None,
         episodes: EpisodeWriter | None = None,
+        files: tuple[str, ...] = (),
     ) -> None:
         self.documents, self.tokenizer, self.eos_id = documents, tokenizer, eos_id
         self.seq_len, self.text_column = seq_len, text_column
         self.rank, self.world_size, self.repeat = rank, world_size, repeat
         self.resume = resume or {"next_stream": 0, "streams": {}}
         self.episodes = episodes  # retrieval episodes mixed into the documents (training streams only)
+        self.files = files  # the documents' files, to name one that disappears while training reads it
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = torch.utils.data.get_worker_info()
@@ -79,7 +82,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
             if state is not None:
                 docs.load_state_dict(state)
             empty = True
-            for batch in _read(docs):
+            for batch in _read(docs, self.files):
                 empty = False
                 texts = _checked_texts(batch[self.text_column], state)
                 encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
@@ -139,11 +142,19 @@ class TokenWindows(torch.utils.data.IterableDataset):
                 buffer = buffer[emitted:]
 
 
-def _read(docs: datasets.IterableDataset) -> Iterator[dict[str, list]]:
-    """The stream's document batches; a reader error (bad bytes in a remote file) names where the stream was."""
+def _read(docs: datasets.IterableDataset, files: tuple[str, ...]) -> Iterator[dict[str, list]]:
+    """The stream's document batches; a reader error (bad bytes in a remote file) names where the stream was, and
+    a local file deleted or moved since training started is named as such."""
     try:
         yield from docs.iter(batch_size=DOC_BATCH)
     except (UnicodeDecodeError, ValueError, OSError) as error:
+        gone = [f for f in files if "://" not in f and not os.path.exists(f)]
+        if gone:
+            raise ValueError(
+                f"data file {gone[0]} was deleted or moved while training read it"
+                + (f" ({len(gone) - 1} more gone)" if len(gone) > 1 else "")
+                + ": restore it, then resume with --ckpt_path last"
+            ) from None
         raise ValueError(
             f"cannot read the documents after stream position {_where(docs.state_dict())}: {error}"
         ) from None
