@@ -17,6 +17,7 @@ import lightning as L
 import torch
 
 from blindheads.callbacks.extrapolation import LengthExtrapolation
+from blindheads.callbacks.gradient_blindness import GradientBlindness
 from blindheads.callbacks.retrieval import NeedleEval, PasskeyEval
 from blindheads.callbacks.underflow import UnderflowMonitor
 from blindheads.cli.lightning import build_cli
@@ -107,6 +108,7 @@ def main() -> None:
         grid = {"length_factors": [0.5, 1.0, 2.0, 4.0], "depths": [0.0, 0.5, 1.0]}  # the smoke config's
         for callback, interval in (
             (UnderflowMonitor(), 500),
+            (GradientBlindness(), 500),
             (PasskeyEval(**grid), 500),
             (NeedleEval(**grid), 500),
             (LengthExtrapolation(), 500),

@@ -166,7 +166,7 @@ def test_a_class_path_imports_only_modules_named_on_purpose(tmp_path, monkeypatc
 
 
 def test_rope_tables_made_under_inference_mode_serve_a_later_gradient_pass():
-    """``test`` runs under inference mode, then the underflow monitor takes gradients at the same length."""
+    """``test`` runs under inference mode, then ``GradientBlindness`` takes gradients at the same length."""
     decoder = Decoder(DecoderConfig.from_preset("tiny", position="rope", vocab_size=256, dtype="float32"))
     tokens = torch.randint(0, 256, (1, 32))
     with torch.inference_mode():

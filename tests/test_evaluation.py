@@ -16,9 +16,11 @@ from oracles import OracleDecoder
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from blindheads.blindness import blind_distances, effective_tau, first_blind_token
+from blindheads.callbacks.gradient_blindness import GradientBlindness
 from blindheads.callbacks.underflow import UnderflowMonitor
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.tokenizer import load_tokenizer
+from blindheads.evaluation.contexts import forward_hooks
 from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
@@ -146,10 +148,11 @@ def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorb
     for block in model.decoder.blocks:
         torch.nn.init.zeros_(block.attn.q_proj.weight)
     monitor = UnderflowMonitor(every_n_steps=None, length_factors=[1.0, 2.0])
+    gradients = GradientBlindness(every_n_steps=None)
     trainer = L.Trainer(
         accelerator="cpu",
         logger=L.pytorch.loggers.TensorBoardLogger(tmp_path, name="probe"),
-        callbacks=[monitor],
+        callbacks=[monitor, gradients],
         enable_progress_bar=False,
         enable_model_summary=False,
     )
@@ -163,7 +166,9 @@ def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorb
         model.decoder.position, effective_tau(model.decoder.position, 256, "float32", "normal", "materialized")
     )
     torch.testing.assert_close(monitor.statistics[256][1].blind_distance, first_blind_token(materialized))
-    for layer in monitor.gradient:  # zero weight -> zero gradient, by algebra; gradients vanish no later than weights
+    for (
+        layer
+    ) in gradients.statistics:  # zero weight -> zero gradient, by algebra; gradients vanish no later than weights
         assert (layer.zero_given_zero_weight == 1).all()
         assert (layer.grad_blind_distance <= layer.weight_blind_distance).all()
 
@@ -219,7 +224,7 @@ def slope_gradients(cache_dir, tmp_path, flush: bool):
     model = DecoderLM(config)
     for block in model.decoder.blocks:
         torch.nn.init.zeros_(block.attn.q_proj.weight)
-    monitor = UnderflowMonitor(every_n_steps=None, length_factors=[1.0])
+    monitor = GradientBlindness(every_n_steps=None)
     trainer = L.Trainer(
         accelerator="cpu", logger=False, callbacks=[monitor], enable_progress_bar=False, enable_model_summary=False
     )
@@ -240,3 +245,20 @@ def test_slope_gradient_from_beyond_the_blindness_distance(cache_dir, tmp_path):
     torch.testing.assert_close(kept["slope_grad"], reference.double(), rtol=1e-5, atol=1e-9)
     assert (kept["slope_grad_beyond_blind"] != 0).any(), "kept subnormals carry gradient past the normal threshold"
     assert (kept["slope_grad_beyond_blind_share"] < 1e-30).all()
+
+
+def test_the_eager_softmax_dtype_is_chosen_per_call_and_the_model_keeps_its_own():
+    """The monitors measure in the training precision's dtype by asking for it per forward: the weights equal
+    torch.softmax of the same logits in that dtype, and the model's softmax dtype is never written."""
+    decoder = Decoder(DecoderConfig.from_preset("tiny", position="alibi", vocab_size=256, dtype="float32"))
+    tokens = torch.randint(0, 256, (1, 64))
+    seen = []
+    modules = [block.attn.weights for block in decoder.blocks]
+    with forward_hooks(modules, lambda _: lambda module, inputs, output: seen.append((inputs[0], output))):
+        decoder.hidden_states(tokens, attention="eager", softmax_dtype=torch.bfloat16)
+    for logits, weights in seen:
+        assert weights.dtype == torch.bfloat16
+        torch.testing.assert_close(weights, torch.softmax(logits.to(torch.bfloat16), dim=-1), rtol=0, atol=0)
+    assert all(module.dtype == torch.float32 for module in modules)
+    with pytest.raises(ValueError, match="softmax_dtype applies to the eager backend only"):
+        decoder.hidden_states(tokens, attention="sdpa", softmax_dtype=torch.bfloat16)

@@ -9,7 +9,9 @@ import pytest
 from training_runs import REPO, run_cli
 
 from blindheads.cli.lightning import build_cli
+from blindheads.experiments import grid
 from blindheads.experiments.runner import configs
+from blindheads.experiments.setups import position_of, position_setups, setup_files, setup_names
 from blindheads.experiments.summary import run_rows, write_summary
 
 
@@ -55,9 +57,29 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     assert "was made with other options (then --trainer.max_steps 3; now --trainer.max_steps 4)" in changed.stderr
 
 
-def test_unknown_setups_are_refused_with_the_choices():
-    result = run_cli(["grid", "--setups", "alibi", "bogus"])
-    assert result.returncode != 0 and "unknown setups ['bogus']; valid: nope, rope, alibi" in result.stderr
+def test_unknown_setups_are_refused_with_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        grid.parse_args(["--setups", "alibi", "bogus"])
+    assert "unknown setups ['bogus']; valid: alibi, alibi_learnable, clamp" in capsys.readouterr().err
+
+
+def test_every_setup_is_one_config_file_and_the_laptop_overlay_adapts_it(cache_dir):
+    """The grid knows a setup only by its file in configs/position/; each builds the model its spec says, and
+    laptop.yaml's overlay makes the sliding window 128 tokens."""
+    laptop = ["configs/experiments/laptop.yaml"]
+    assert set(grid.PAPER_SETUPS) <= set(setup_names()) and len(setup_names()) == 18
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        for name, spec in position_setups().items():
+            files = setup_files(name, laptop)
+            shrink = ["--data.cache_dir", str(cache_dir), "--trainer.logger", "false"]
+            cli = build_cli([*configs(files), *shrink], run=False)
+            assert cli.model.config.position == position_of(files), name
+            if name == "sliding_window":
+                assert spec == "alibi+sliding_window(1024)" and position_of(files) == "alibi+sliding_window(128)"
+                assert files[-1] == "configs/experiments/laptop/sliding_window.yaml"
+            else:
+                assert position_of(files) == spec and files == [*laptop, f"configs/position/{name}.yaml"]
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from blindheads.modules.schedules import lr_multiplier
 PAPER = REPO / "configs/experiments/paper.yaml"
 REHEARSAL = REPO / "configs/rehearsal.yaml"
 INTERVALS = ("every_n_steps", "every_n_train_steps")
-GPU_FILES = [*sorted((REPO / "configs/model").glob("*.yaml")), *(REPO / "configs/trainer").glob("[!c]*.yaml")]
+GPU_FILES = [*sorted((REPO / "configs/position").glob("*.yaml")), *(REPO / "configs/trainer").glob("[!c]*.yaml")]
 
 
 def test_the_rehearsal_keeps_the_papers_callbacks_but_for_their_intervals():
@@ -74,7 +74,7 @@ def _int(text: str) -> int:
 def test_the_paper_recipe_rehearsed_on_two_ranks(cache_dir, tmp_path):
     """paper.yaml + model/wide.yaml (the setup its comment names) + rehearsal.yaml: 12 steps on 2 gloo ranks, then a
     resume from the step-6 checkpoint that repeats steps 7-12 exactly, then test."""
-    common = ["--config", str(PAPER), "--config", str(REPO / "configs/model/wide.yaml"), "--config", str(REHEARSAL),
+    common = ["--config", str(PAPER), "--config", str(REPO / "configs/position/wide.yaml"), "--config", str(REHEARSAL),
               "--data.cache_dir", str(cache_dir), "--trainer.logger.init_args.save_dir", str(tmp_path)]  # fmt: skip
     fit = run_cli(["fit", *common, "--trainer.logger.init_args.version", "run"], timeout=900)
     assert fit.returncode == 0, fit.stderr[-3000:]

@@ -253,7 +253,7 @@ def test_configs_compose_left_to_right_and_print():
             "--config",
             str(REPO / "configs/smoke.yaml"),
             "--config",
-            str(REPO / "configs/model/wide_clamp.yaml"),
+            str(REPO / "configs/position/wide_clamp.yaml"),
             "--print_config",
         ]
     )
@@ -351,7 +351,7 @@ def test_checkpoint_options_are_named_and_evaluations_logged_at_the_checkpoint_s
             "validate",
             *args,
             "--config",
-            str(REPO / "configs/model/wide.yaml"),
+            str(REPO / "configs/position/wide.yaml"),
             "--ckpt_path",
             checkpoint,
             "--trainer.logger.init_args.version",

@@ -28,6 +28,8 @@ trainer:
 EVALUATIONS = """
     - class_path: blindheads.callbacks.underflow.UnderflowMonitor
       init_args: {every_n_steps: 10, length_factors: [1.0, 4.0]}
+    - class_path: blindheads.callbacks.gradient_blindness.GradientBlindness
+      init_args: {every_n_steps: 10}
     - class_path: blindheads.callbacks.retrieval.PasskeyEval
       init_args: {every_n_steps: 10, lengths: [128, 192], depths: [0.0, 1.0], samples: 3}
     - class_path: blindheads.callbacks.retrieval.NeedleEval

@@ -8,7 +8,7 @@ from collections import defaultdict
 import lightning as L
 import torch
 
-from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars
+from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.evaluation.answer_paths import AnswerPaths, answer_paths
 from blindheads.evaluation.contexts import evaluating
@@ -86,7 +86,7 @@ class EpisodeRecall(PeriodicEvaluation):
                 episodes = self.episodes(trainer, name, where)
                 scores = score_samples(decoder, trainer.datamodule.tokenizer, [s for s, _ in episodes], self.batch_size)
                 exact = torch.tensor([s.exact for s in scores])
-                paths = self._answer_paths(decoder, episodes, pl_module.device)
+                paths = self._answer_paths(decoder, episodes, pl_module.device, autocast_dtype(trainer))
                 tag = f"{prefix}recall/{name}"
                 scalars[f"{tag}/exact"] = exact.float().mean().item()
                 scalars[f"{tag}/distance"] = sum(s.answer_start - at for s, at in episodes) / len(episodes)
@@ -104,7 +104,7 @@ class EpisodeRecall(PeriodicEvaluation):
         log_scalars(trainer, pl_module, scalars, prefix)
         return scalars
 
-    def _answer_paths(self, decoder, episodes: list, device) -> AnswerPaths:
+    def _answer_paths(self, decoder, episodes: list, device, dtype: torch.dtype) -> AnswerPaths:
         """The answer paths of every episode, in the episodes' order (batched by length)."""
         by_length = defaultdict(list)
         for index, (sample, _) in enumerate(episodes):
@@ -116,7 +116,7 @@ class EpisodeRecall(PeriodicEvaluation):
                 tokens = torch.stack([episodes[i][0].tokens for i in batch]).to(device)
                 queries = torch.tensor([episodes[i][0].answer_start - 1 for i in batch], device=device)
                 facts = torch.tensor([episodes[i][1] for i in batch], device=device)
-                paths = answer_paths(decoder, tokens, queries, facts)
+                paths = answer_paths(decoder, tokens, queries, facts, dtype)
                 for row, i in enumerate(batch):
                     weights[i], reachable[i] = paths.weights[row], paths.reachable[row]
         return AnswerPaths(torch.stack(weights), torch.stack(reachable))

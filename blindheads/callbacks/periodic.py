@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import lightning as L
+import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from matplotlib.figure import Figure
 
@@ -51,6 +53,19 @@ def scaled_lengths(trainer: L.Trainer, pl_module: L.LightningModule, factors: li
     """The evaluation lengths ``factors`` x the training length, rounded, distinct, ascending."""
     base = training_length(trainer, pl_module)
     return sorted({round(f * base) for f in factors})
+
+
+def autocast_dtype(trainer: L.Trainer) -> torch.dtype:
+    """The dtype attention computes in under the trainer's precision (``bf16-mixed`` -> bfloat16, ...)."""
+    dtypes = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
+    return dtypes.get(str(trainer.precision).split("-")[0], torch.float32)
+
+
+def per_head(scalars: dict[str, float], tag: str, values: torch.Tensor) -> None:
+    """``tag/head{h}`` for each head's finite value (TensorBoard and JSON take no infinities)."""
+    for head, value in enumerate(values.tolist()):
+        if math.isfinite(value):
+            scalars[f"{tag}/head{head}"] = value
 
 
 def evaluated_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:

@@ -29,9 +29,11 @@ class AnswerPaths:
 
 
 @torch.no_grad()
-def answer_paths(decoder, tokens: Tensor, queries: Tensor, facts: Tensor) -> AnswerPaths:
+def answer_paths(
+    decoder, tokens: Tensor, queries: Tensor, facts: Tensor, softmax_dtype: torch.dtype | None = None
+) -> AnswerPaths:
     """For token rows ``tokens`` (batch, length) and positions ``queries``, ``facts`` (batch,): one forward pass
-    with the eager backend, whose attention hands out the weights in the compute precision."""
+    with the eager backend, its softmax in ``softmax_dtype`` (the training precision's; else the model's)."""
     rows = torch.arange(len(tokens), device=tokens.device)
     reach = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
     reach[rows, facts] = 1.0
@@ -44,5 +46,5 @@ def answer_paths(decoder, tokens: Tensor, queries: Tensor, facts: Tensor) -> Ans
         reach = torch.maximum(reach, (visible @ reach.unsqueeze(-1)).squeeze(-1).clamp(max=1.0))
 
     with forward_hooks([block.attn.weights for block in decoder.blocks], lambda _: hook):
-        decoder.hidden_states(tokens, attention="eager")
+        decoder.hidden_states(tokens, attention="eager", softmax_dtype=softmax_dtype)
     return AnswerPaths(torch.stack(weights, 1).cpu(), reach[rows, queries].bool().cpu())

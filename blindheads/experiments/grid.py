@@ -16,24 +16,14 @@ from pathlib import Path
 
 from blindheads.arguments import Parser
 from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, write_json
+from blindheads.experiments.setups import position_of, setup_files, setup_names
 from blindheads.experiments.summary import write_summary
 
-# The paper's setups at laptop scale: name -> position spec (the sliding window is 1/8 of the paper's 1024 -> 128).
-SETUPS = {
-    "nope": "nope",
-    "rope": "rope",
-    "alibi": "alibi",
-    "steep": "alibi(steep)",
-    "safe": "alibi(safe)",
-    "wide": "alibi(wide)",
-    "robust": "alibi(robust)",
-    "clamp": "alibi+clamp",
-    "log_distance": "alibi+log_distance",
-    "soft_cap": "alibi+soft_cap(30, where=after)",
-    "sliding_window": "alibi+sliding_window(128)",
-    "clamp_log_distance": "alibi+clamp+log_distance",
-    "wide_clamp_log_distance": "alibi(wide)+clamp+log_distance",
-}
+# The paper's 13 setups (configs/position/; laptop.yaml's overlay makes the sliding window 128 tokens)
+PAPER_SETUPS = [
+    "nope", "rope", "alibi", "steep", "safe", "wide", "robust", "clamp", "log_distance", "soft_cap",
+    "sliding_window", "clamp_log_distance", "wide_clamp_log_distance",
+]  # fmt: skip
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -44,16 +34,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=["configs/experiments/laptop.yaml"],
         help="the experiment config; later files override earlier ones (e.g. laptop.yaml dense_recall.yaml)",
     )
-    parser.add_argument("--setups", nargs="+", default=list(SETUPS), help=f"any of {', '.join(SETUPS)}")
+    parser.add_argument(
+        "--setups", nargs="+", default=PAPER_SETUPS, help=f"any of {', '.join(setup_names())} (configs/position/)"
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--out", default="results/laptop", help="summary directory (tables, figures, results.json)")
     parser.add_argument("--runs", default="runs/laptop-grid", help="the runs' directory (checkpoints, logs)")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (one thread each)")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit and test")
     args = parser.parse_args(argv)
-    unknown = [s for s in args.setups if s not in SETUPS]
+    unknown = [s for s in args.setups if s not in setup_names()]
     if unknown:
-        parser.error(f"unknown setups {unknown}; valid: {', '.join(SETUPS)}")
+        parser.error(f"unknown setups {unknown}; valid: {', '.join(setup_names())}")
     if args.parallel < 1 or not args.seeds:
         parser.error(f"--parallel must be >= 1 and --seeds non-empty, got {args.parallel} and {args.seeds}")
     args.extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
@@ -63,7 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def run_options(setup: str, seed: int, args: argparse.Namespace) -> list[str]:
     """Every option of the run's ``fit`` and ``test``: what decides its result, and where it is written."""
     return [
-        *configs(args.config), "--model.decoder.position", SETUPS[setup], "--seed_everything", str(seed),
+        *configs(setup_files(setup, args.config)), "--seed_everything", str(seed),
         "--trainer.logger.init_args.save_dir", args.runs, "--trainer.logger.init_args.name", setup,
         "--trainer.logger.init_args.version", f"seed{seed}", *args.extra,
     ]  # fmt: skip
@@ -75,13 +67,15 @@ def run_one(setup: str, seed: int, args: argparse.Namespace) -> dict:
     results = run_dir / "results.json"
     common = run_options(setup, seed, args)
     if results.exists():  # done (by a grid that may have been killed before recording the run's identity)
-        return {"setup": setup, "seed": seed, "position": SETUPS[setup], **read_json(results)}
+        return {"setup": setup, "seed": seed, "position": position_of(setup_files(setup, args.config)),
+                **read_json(results)}  # fmt: skip
     resume = ["--ckpt_path", "last"] if (run_dir / "checkpoints" / "last.ckpt").exists() else []
     started = time.monotonic()
     for command in (["fit", *common, *resume], ["test", *common, "--ckpt_path", "last"]):
         launch(command, run_dir.parent / f"seed{seed}.{command[0]}.log", args.parallel)
     record = read_json(results)
-    record.update(setup=setup, seed=seed, position=SETUPS[setup], wall_s=round(time.monotonic() - started, 1))
+    position = position_of(setup_files(setup, args.config))
+    record.update(setup=setup, seed=seed, position=position, wall_s=round(time.monotonic() - started, 1))
     if resume:
         record["resumed"] = True  # its wall time counts only the part after the resume
     write_json(results, record)
@@ -94,7 +88,8 @@ def main(argv: list[str]) -> list[dict]:
     started = time.monotonic()
     jobs = [(setup, seed) for setup in args.setups for seed in args.seeds]
     runs = Path(args.runs)
-    claim_all({runs / s / f"seed{n}": identity(run_options(s, n, args), args.config) for s, n in jobs}, "grid")
+    claim_all({runs / s / f"seed{n}": identity(run_options(s, n, args), setup_files(s, args.config)) for s, n in jobs},
+              "grid")  # fmt: skip
     with ThreadPoolExecutor(args.parallel) as pool:
         records = list(pool.map(lambda job: run_one(*job, args), jobs))
     command = "blindheads grid " + " ".join(argv)

@@ -43,16 +43,17 @@ def resolve_backend(name: str, device: torch.device) -> str:
 class AttentionWeights(nn.Module):
     """The softmax of the eager backend, as a module so forward hooks see its logits and the weights it returns.
 
-    It computes in ``dtype`` even under autocast (which would otherwise run softmax in float32), since which
-    weights end up exactly zero is what the dtype decides.
+    It computes in ``dtype`` (the model's ``softmax_dtype``; a forward may ask for another, e.g. what a training
+    precision computes in) even under autocast (which would otherwise run softmax in float32), since which weights
+    end up exactly zero is what the dtype decides.
     """
 
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.dtype = dtype
 
-    def forward(self, logits: Tensor) -> Tensor:
-        return softmax_in(logits, self.dtype)
+    def forward(self, logits: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        return softmax_in(logits, dtype or self.dtype)
 
 
 def softmax_in(logits: Tensor, dtype: torch.dtype) -> Tensor:
@@ -73,9 +74,14 @@ def _logits(q: Tensor, k: Tensor, stack: PositionStack, dtype: torch.dtype, q_en
     return logits.masked_fill(~stack.mask_mod(None, h, q_idx, kv_idx), -math.inf)
 
 
-def eager_attention(q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, weights: AttentionWeights) -> Tensor:
+def eager_attention(
+    q: Tensor, k: Tensor, v: Tensor, stack: PositionStack, weights: AttentionWeights, dtype: torch.dtype | None = None
+) -> Tensor:
+    """Explicit logits and softmax (in ``dtype``, else the weights module's own), through ``weights`` so forward
+    hooks see them."""
     k, v = _expand_kv(q, k), _expand_kv(q, v)
-    return weights(_logits(q, k, stack, weights.dtype, k.shape[-2])).to(v.dtype) @ v
+    dtype = dtype or weights.dtype
+    return weights(_logits(q, k, stack, dtype, k.shape[-2]), dtype).to(v.dtype) @ v
 
 
 class CausalBlocks:
@@ -145,8 +151,13 @@ class _Cached(AttentionBackend):
 
 
 class Eager(AttentionBackend):
+    """Every weight materialized; ``softmax_dtype`` overrides the model's softmax dtype for this backend's calls."""
+
+    def __init__(self, softmax_dtype: torch.dtype | None = None) -> None:
+        self.softmax_dtype = softmax_dtype
+
     def attend(self, q, k, v, stack, weights):
-        return eager_attention(q, k, v, stack, weights)
+        return eager_attention(q, k, v, stack, weights, self.softmax_dtype)
 
 
 class Sdpa(_Cached):

@@ -103,10 +103,16 @@ class Decoder(nn.Module):
             return torch.get_autocast_dtype(device.type)
         return self.embed.weight.dtype
 
-    def hidden_states(self, input_ids: Tensor, attention: str | None = None) -> Tensor:
-        """Final-norm hidden states (batch, length, hidden); ``attention`` overrides the configured backend."""
+    def hidden_states(
+        self, input_ids: Tensor, attention: str | None = None, softmax_dtype: torch.dtype | None = None
+    ) -> Tensor:
+        """Final-norm hidden states (batch, length, hidden); ``attention`` overrides the configured backend, and
+        ``softmax_dtype`` runs the eager backend's softmax in that dtype for this call (the measurements of the
+        callbacks: what a training precision computes in), leaving the model as it is."""
         device, length = input_ids.device, input_ids.shape[1]
-        backend = self.backend_for(device, attention)
+        if softmax_dtype is not None and attention != "eager":
+            raise ValueError(f"softmax_dtype applies to the eager backend only, got attention={attention!r}")
+        backend = backends.Eager(softmax_dtype) if softmax_dtype is not None else self.backend_for(device, attention)
         backend.prepare(self.position, length, device, self._compute_dtype(device))
         self.position.prepare(length, self.config.head_size, device)
         x = self.embed(input_ids)
