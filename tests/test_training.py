@@ -399,3 +399,18 @@ def test_a_size_names_a_preset_and_the_config_records_its_shape(cache_dir, caplo
     for name in SHAPE:
         assert getattr(cli.model.config, name) == cli.config.model.decoder[name] == getattr(SIZES["tiny"], name)
     assert "decoder size 'tiny' replaces hidden_size 128 -> 64" in caplog.text
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs/callbacks").glob("*.yaml")), ids=lambda p: p.name)
+def test_callback_lists_name_only_what_differs_from_the_signatures_defaults(path):
+    import importlib
+    import inspect
+
+    import yaml
+
+    for callback in yaml.safe_load(path.read_text()):
+        module, _, name = callback["class_path"].rpartition(".")
+        parameters = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+        for key, value in (callback.get("init_args") or {}).items():
+            default = parameters[key].default
+            assert value != (list(default) if isinstance(default, tuple) else default), f"{name}.{key} is the default"
