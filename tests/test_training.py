@@ -34,39 +34,24 @@ def test_lr_schedules():
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_parses_and_builds_its_model(config, cache_dir, tmp_path):
-    """Each config composed the way the README does, then shrunk to the tiny size and the offline data."""
-    base = (
-        [] if config in ("configs/smoke.yaml", "configs/experiments/paper.yaml") else ["--config", "configs/smoke.yaml"]
-    )
-    args = [
-        *base,
-        "--config",
-        config,
-        "--config",
-        "configs/size/tiny.yaml",
-        "--config",
-        "configs/trainer/cpu.yaml",
-        "--data.source",
-        "builtin",
-        "--data.tokenizer",
-        "builtin",
-        "--data.cache_dir",
-        str(cache_dir),
-        "--model.decoder.attention",
-        "sdpa",
-        "--model.compile",
-        "false",
-        "--trainer.strategy",
-        "auto",
-        "--trainer.logger.init_args.save_dir",
-        str(tmp_path),
-        *(["--model.decoder.dtype", "float32"] if config == "configs/experiments/paper.yaml" else []),  # cpu.yaml
-    ]
+    """Each config composed the way the README does, then shrunk to the tiny size and the offline data. A conjecture
+    condition pins a blind distance for each head of its experiment's model, so it composes over that model."""
+    if "conjecture/" in config:
+        files, hidden = ["configs/experiments/laptop.yaml", "configs/experiments/conjecture.yaml", config], 128
+    else:
+        first = [] if config in ("configs/smoke.yaml", "configs/experiments/paper.yaml") else ["configs/smoke.yaml"]
+        files, hidden = [*first, config, "configs/size/tiny.yaml", "configs/trainer/cpu.yaml"], 64
+    args = [f"--config={file}" for file in files] + [
+        "--data.source=builtin", "--data.tokenizer=builtin", f"--data.cache_dir={cache_dir}",
+        "--model.decoder.attention=sdpa", "--model.compile=false", "--trainer.strategy=auto",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+        *(["--model.decoder.dtype=float32"] if config == "configs/experiments/paper.yaml" else []),  # cpu.yaml
+    ]  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
         cli = build_cli(args, run=False)
     model = cli.model
-    assert model.config.hidden_size == 64 and model.config.vocab_size == cli.datamodule.vocab_size
+    assert model.config.hidden_size == hidden and model.config.vocab_size == cli.datamodule.vocab_size
     tokens = torch.randint(0, model.config.vocab_size, (1, 16))
     assert model(tokens).shape == (1, 16, model.config.vocab_size)
 
@@ -300,7 +285,7 @@ def test_resume_from_last_finds_the_run_or_refuses(cache_dir, tmp_path):
     """The README's resume command: no logger version is set, so ``last`` is the newest version's last.ckpt."""
     refused = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir), "--ckpt_path", "last"])
     assert refused.returncode != 0
-    assert f"--ckpt_path last: no last.ckpt in {tmp_path}/alibi/version_*/checkpoints" in refused.stderr
+    assert f"--ckpt_path last: no intact checkpoint in {tmp_path}/alibi/version_*/checkpoints" in refused.stderr
     first = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **{"--trainer.max_steps": "10"})])
     assert first.returncode == 0, first.stderr[-2000:]
     resumed = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir), "--ckpt_path", "last"])
