@@ -47,6 +47,7 @@ def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
         torch.testing.assert_close(loaded(tokens).logits, model(tokens), rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_export_of_a_trained_run_includes_its_tokenizer(cache_dir, tmp_path):
     run = {"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
     assert run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **run)]).returncode == 0

@@ -23,6 +23,7 @@ def gpu_check():
     del sys.modules["gpu_check"]
 
 
+@pytest.mark.slow
 def test_smoke_runs_every_part_on_the_cpu(gpu_check, tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: run the check itself")

@@ -58,6 +58,7 @@ def test_blindness_theory_notebook(tmp_path):
     assert len(check) >= 3 and (check["measured_first_zero"] == check["predicted_first_zero"]).all()
 
 
+@pytest.mark.slow
 def test_published_models_notebook_probes_a_tiny_model_when_given_none(tmp_path, cache_dir, monkeypatch):
     monkeypatch.setenv("BLINDHEADS_CACHE", str(cache_dir))
     execute("02_published_models.ipynb", {"output_dir": str(tmp_path), "lengths": [128, 512]}, tmp_path)
@@ -68,6 +69,7 @@ def test_published_models_notebook_probes_a_tiny_model_when_given_none(tmp_path,
     assert longest["predicted_zero_share_subnormal"] < longest["predicted_zero_share_normal"]
 
 
+@pytest.mark.slow
 def test_training_runs_notebook_compares_experiments(tmp_path, cache_dir):
     runs = tmp_path / "runs"
     for setup in ("alibi", "nope"):

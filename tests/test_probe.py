@@ -126,6 +126,7 @@ def test_measured_zero_shares_match_the_prediction_for_a_bias_dominated_model(na
     torch.testing.assert_close(first.zero_share[blind], expected_share, rtol=0.02, atol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_probe_command_end_to_end(name, model_dirs, tmp_path):
     summary = probe(
@@ -159,6 +160,7 @@ def test_probe_json_has_no_nan():
     json.dumps(safe, allow_nan=False)
 
 
+@pytest.mark.slow
 def test_a_blindheads_export_is_probed_without_a_prompt_and_a_made_up_name_fails_fast(cache_dir, tmp_path):
     import json
 

@@ -9,6 +9,7 @@ import pytest
 from training_runs import run_cli, scalars, tiny_run_args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path, signum):
     extra = {"--data.num_workers": "1", "--trainer.logger.init_args.version": "run"}
@@ -31,6 +32,7 @@ def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path
     assert after == pytest.approx(before, rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_full_disk_ends_in_one_line_and_last_resumes_from_the_newest_intact_checkpoint(cache_dir, tmp_path):
     """At step 10 the step checkpoint is written, then last.ckpt cannot be (no space): the run ends naming the file,
     the free space and the step-10 checkpoint, and ``--ckpt_path last`` resumes from it (not the step-5 last.ckpt),

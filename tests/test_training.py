@@ -56,6 +56,7 @@ def test_every_config_parses_and_builds_its_model(config, cache_dir, tmp_path):
     assert model(tokens).shape == (1, 16, model.config.vocab_size)
 
 
+@pytest.mark.slow
 def test_smoke_fit_then_test_through_the_cli(cache_dir, tmp_path):
     run = {"--trainer.logger.init_args.version": "run"}
     fit = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, evaluations=True, **run)])
@@ -104,6 +105,7 @@ def kill_and_resume(tmp_path, cache_dir, extra: dict) -> tuple[dict, dict]:
     return scalars(tmp_path / "straight", "train/loss"), scalars(tmp_path / "resumed", "train/loss")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_resume_after_sigkill_equals_the_uninterrupted_run(cache_dir, tmp_path, workers):
     straight, resumed = kill_and_resume(tmp_path, cache_dir, {"--data.num_workers": workers})
@@ -159,6 +161,7 @@ def test_two_process_ddp_fit(cache_dir, tmp_path):
     assert scalars(tmp_path / "alibi" / "run", "train/tokens")[19] == 20 * 4 * 64 * 2
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_training_and_keeps_the_good_checkpoint(cache_dir, tmp_path):
     args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"})
     result = run_cli(["fit", *args, "--trainer.callbacks+=helpers.PoisonAtStep", "--trainer.callbacks.step=7"])
@@ -296,6 +299,7 @@ def test_resume_from_last_finds_the_run_or_refuses(cache_dir, tmp_path):
     assert min(losses) == 0 and max(losses) == 19  # steps 0-9, then 10-19 after the resume
 
 
+@pytest.mark.slow
 def test_a_run_directory_held_by_a_live_run_is_refused_and_a_stale_lock_taken_over(cache_dir, tmp_path):
     run = tmp_path / "alibi" / "run"
     run.mkdir(parents=True)
@@ -315,6 +319,7 @@ def test_a_run_directory_held_by_a_live_run_is_refused_and_a_stale_lock_taken_ov
     assert (run / "checkpoints" / "last.ckpt").exists()
 
 
+@pytest.mark.slow
 def test_checkpoint_options_are_named_and_evaluations_logged_at_the_checkpoint_step(cache_dir, tmp_path):
     """LightningCLI replaces model options with the checkpoint's: a typed one is refused, one from a config file
     is named in the log, and config.yaml records what was used; validate logs at the checkpoint's step."""
