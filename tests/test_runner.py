@@ -40,3 +40,13 @@ def test_records_are_written_whole_and_a_truncated_one_is_named(tmp_path):
     path.write_text('{"a": ')
     with pytest.raises(ValueError, match=rf"{path} is not valid JSON .* remove it and run again"):
         read_json(path)
+
+
+def test_every_results_file_records_the_command_seeds_machine_and_versions():
+    from importlib.metadata import version
+
+    from blindheads.experiments.runner import provenance
+
+    record = provenance("blindheads grid --seeds 1 0", 12.345, [1, 0])
+    assert record["command"] == "blindheads grid --seeds 1 0" and record["wall_s"] == 12.3 and record["seeds"] == [0, 1]
+    assert record["versions"]["torch"] == version("torch") and "CPUs" in record["machine"] and record["date"]

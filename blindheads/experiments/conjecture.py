@@ -23,11 +23,8 @@ far one, exact zeros are what stops them.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 
 import pandas as pd
@@ -35,7 +32,16 @@ from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
 from blindheads.arguments import Parser
-from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, write_json
+from blindheads.experiments.runner import (
+    claim_all,
+    configs,
+    identity,
+    launch,
+    provenance,
+    read_json,
+    resume_option,
+    write_json,
+)
 
 BLIND = 190  # tokens back at which every head goes blind (float32, normal threshold)
 CONDITIONS = ["nope", "zero", "learnable", "subnormal", "clamp", "log_distance"]  # control and plain blind first
@@ -88,9 +94,7 @@ def run_condition(name: str, seed: int, args: argparse.Namespace) -> dict:
     done = run_dir / "done.json"
     if done.exists():
         return read_json(done)
-    command = ["fit", *run_options(name, seed, args)]
-    if (run_dir / "checkpoints" / "last.ckpt").exists():
-        command += ["--ckpt_path", "last"]
+    command = ["fit", *run_options(name, seed, args), *resume_option(run_dir)]
     started = time.monotonic()
     launch(command, run_dir.parent / f"seed{seed}.fit.log", args.parallel)
     record = {"condition": name, "seed": seed, "wall_s": round(time.monotonic() - started, 1)}
@@ -201,17 +205,8 @@ def main(argv: list[str]) -> pd.DataFrame:
     data.to_csv(out / "curves.csv", index=False)
     table = summarize(out, data)
     plot(out, data)
-    provenance = {
-        "command": "blindheads conjecture " + " ".join(argv),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(time.monotonic() - started, 1),
-        "seeds": args.seeds,
-        "python": platform.python_version(),
-        "versions": {name: version(name) for name in ("torch", "lightning")},
-        "runs": records,
-        "summary": table.to_dict(orient="records"),
-    }
-    write_json(out / "results.json", provenance)
+    record = provenance("blindheads conjecture " + " ".join(argv), time.monotonic() - started, args.seeds)
+    write_json(out / "results.json", {**record, "runs": records, "summary": table.to_dict(orient="records")})
     print(f"summary: {out / 'summary.md'}")
     return table
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from blindheads.arguments import Parser
-from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, write_json
+from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, resume_option, write_json
 from blindheads.experiments.setups import position_of, setup_files, setup_names
 from blindheads.experiments.summary import write_summary
 
@@ -69,7 +69,7 @@ def run_one(setup: str, seed: int, args: argparse.Namespace) -> dict:
     if results.exists():  # done (by a grid that may have been killed before recording the run's identity)
         return {"setup": setup, "seed": seed, "position": position_of(setup_files(setup, args.config)),
                 **read_json(results)}  # fmt: skip
-    resume = ["--ckpt_path", "last"] if (run_dir / "checkpoints" / "last.ckpt").exists() else []
+    resume = resume_option(run_dir)
     started = time.monotonic()
     for command in (["fit", *common, *resume], ["test", *common, "--ckpt_path", "last"]):
         launch(command, run_dir.parent / f"seed{seed}.{command[0]}.log", args.parallel)

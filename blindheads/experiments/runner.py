@@ -11,13 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import subprocess
 import sys
+from datetime import datetime, timezone
+from importlib.metadata import version
 from pathlib import Path
 
 import yaml
 
 from blindheads import atomic
+from blindheads.cli.checkpoint_files import newest_intact
+
+PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")  # recorded beside every result
 
 
 class RunChanged(RuntimeError):
@@ -38,6 +44,11 @@ def launch(command: list[str], log: Path, parallel: int, env: dict | None = None
                               env={**os.environ, **threads, **(env or {})})  # fmt: skip
     if done.returncode:
         raise RuntimeError(f"blindheads {command[0]} failed; see {log}")
+
+
+def resume_option(run_dir: Path) -> list[str]:
+    """``--ckpt_path last`` where a killed run left an intact checkpoint to continue from, else nothing."""
+    return ["--ckpt_path", "last"] if newest_intact(run_dir / "checkpoints") else []
 
 
 def config_texts(files: list[str]) -> dict[str, str]:
@@ -139,3 +150,18 @@ def read_json(path: Path):
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error}): a run killed while writing it? remove it and run "
                          "again") from None  # fmt: skip
+
+
+def provenance(command: str, wall_s: float, seeds: list[int]) -> dict:
+    """What a results file records beside its numbers: the command, when, how long, the seeds, the machine and the
+    versions of the packages that decide the numbers."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "command": command,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(wall_s, 1),  # this invocation (a resumed experiment counts only its own part)
+        "seeds": sorted(seeds),
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {cpus} CPUs",
+        "versions": {name: version(name) for name in PACKAGES},
+    }

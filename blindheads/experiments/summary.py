@@ -3,12 +3,8 @@
 
 from __future__ import annotations
 
-import json
 import math
-import platform
 import re
-from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +14,7 @@ from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
 from blindheads.evaluation.report import PREDICTED  # each head's predicted blind distance, materialized
+from blindheads.experiments.runner import provenance, write_json
 
 COLUMNS = {  # summary column -> test metric
     "val_loss": "test/loss",
@@ -44,7 +41,6 @@ BY_DISTANCE = {  # recall_by_distance.csv column -> EpisodeRecall's tag
     "failed_blind": "failed_blind",
     "failed_reachable": "failed_reachable",
 }
-PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")
 
 
 def run_rows(records: list[dict]) -> pd.DataFrame:
@@ -319,18 +315,12 @@ def write_summary(
     """``write_tables``, then ``results.json``: every run's record with the command, versions and wall time."""
     table = write_tables(out, records, runs_dir)
     span = _span_s(runs_dir) if runs_dir is not None else None
-    provenance = {
-        "command": command,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(wall_s, 1),  # this invocation (a resumed grid counts only its own part)
+    record = {
+        **provenance(command, wall_s, [r["seed"] for r in records]),
         "runs_wall_s": round(sum(r.get("wall_s") or 0 for r in records), 1),  # every run, fit and test
         "span_s": span,  # from the first run's first log to the last results file: the grid's wall time
-        "seeds": sorted({r["seed"] for r in records}),
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {_cpus()} CPUs",
-        "versions": {name: version(name) for name in PACKAGES},
     }
-    (out / "results.json").write_text(json.dumps({**provenance, "runs": records}, indent=2) + "\n")
+    write_json(out / "results.json", {**record, "runs": records})
     return table
 
 
@@ -344,9 +334,3 @@ def _span_s(runs: Path) -> float | None:
 
 def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def _cpus() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
