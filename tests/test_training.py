@@ -16,8 +16,12 @@ from training_runs import REPO, TESTS, run_cli, scalars, tiny_run_args
 from blindheads.cli.lightning import build_cli
 from blindheads.modules.schedules import lr_multiplier
 
-# Every config a user passes with --config; configs/callbacks/ holds callback lists the experiments name.
-CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml") if p.parent.name != "callbacks")
+# Every config a user passes with --config; configs/callbacks/ and configs/strategies/ hold parts the configs name.
+CONFIGS = sorted(
+    str(p.relative_to(REPO))
+    for p in (REPO / "configs").rglob("*.yaml")
+    if p.parent.name not in ("callbacks", "strategies")
+)
 
 
 def test_lr_schedules():
