@@ -91,7 +91,7 @@ def test_softmax_definitions_share_their_keys(capsys):
 
 def test_config_file(tmp_path, capsys):
     path = tmp_path / "m.yaml"
-    path.write_text("model:\n  decoder:\n    preset: tiny\n    position: alibi(steep)\n")
+    path.write_text("model:\n  decoder:\n    size: tiny\n    position: alibi(steep)\n")
     main(["blindness", "--config", str(path), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert len(report["heads"]) == 4 and report["context"] == 128

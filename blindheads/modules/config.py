@@ -113,12 +113,12 @@ SIZES = {
 
 
 def load_decoder_config(path: str | Path) -> DecoderConfig:
-    """A decoder config from YAML: its fields (and an optional ``preset``) at the top level or under ``model.decoder``,
-    as in the training configs."""
+    """A decoder config from YAML: its fields (``size`` names a preset shape, as in the training configs) at the top
+    level or under ``model.decoder``."""
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except FileNotFoundError:
         raise FileNotFoundError(f"model config {path} does not exist") from None
     section = data.get("model", {}).get("decoder", data) if isinstance(data.get("model"), dict) else data
     section = dict(section)
-    return DecoderConfig.from_preset(section.pop("preset", "smollm-148m"), **section)
+    return DecoderConfig.from_preset("smollm-148m", **section)
