@@ -372,6 +372,7 @@ def test_resume_refuses_another_batch_and_names_both(cache_dir, parquet_files):
         make_datamodule(cache_dir, parquet_files, num_workers=2).load_state_dict(state)
 
 
+@pytest.mark.slow
 def test_a_truncated_cached_tokenizer_is_rebuilt_or_named(tmp_path):
     from blindheads.datamodules.tokenizer import builtin_tokenizer_dir, load_tokenizer
 

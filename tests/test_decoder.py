@@ -138,9 +138,9 @@ def test_unknown_preset():
 
 def test_load_decoder_config_from_training_layout(tmp_path):
     path = tmp_path / "model.yaml"
-    path.write_text("model:\n  decoder:\n    preset: tiny\n    position: alibi(safe)+clamp\n    num_heads: 8\n")
-    config = load_decoder_config(path)
-    assert (config.num_heads, config.hidden_size, config.position) == (8, 64, "alibi(safe)+clamp")
+    path.write_text("model:\n  decoder:\n    size: tiny\n    position: alibi(safe)+clamp\n    num_heads: 8\n")
+    config = load_decoder_config(path)  # the size's shape replaces shape fields, as in the training configs
+    assert (config.num_heads, config.hidden_size, config.position) == (4, 64, "alibi(safe)+clamp")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_decoder_config(tmp_path / "missing.yaml")
 

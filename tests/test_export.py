@@ -173,6 +173,7 @@ def test_a_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, tmp_pat
     assert accuracy == pytest.approx(sum(correct) / len(rows))
 
 
+@pytest.mark.slow
 def test_test_command_includes_lm_eval_in_the_results(cache_dir, tmp_path):
     tasks = write_local_task(tmp_path)
     run = {"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}

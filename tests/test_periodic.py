@@ -26,6 +26,7 @@ def test_evaluations_run_once_per_optimizer_step(cache_dir, accumulate):
     assert counting.steps == [2, 4, 6]
 
 
+@pytest.mark.slow
 def test_importing_the_package_leaves_the_matplotlib_backend_alone():
     import subprocess
     import sys

@@ -274,6 +274,7 @@ def test_a_file_that_is_no_checkpoint_fails_in_one_line(cache_dir, tmp_path, con
     assert "Traceback" not in result.stderr and "weights_only" not in result.stderr
 
 
+@pytest.mark.slow
 def test_checkpoint_debris_of_dead_runs_is_removed(cache_dir, tmp_path):
     checkpoints = tmp_path / "alibi" / "run" / "checkpoints"
     checkpoints.mkdir(parents=True)
@@ -288,6 +289,7 @@ def test_checkpoint_debris_of_dead_runs_is_removed(cache_dir, tmp_path):
     assert not dead.exists() and alive.exists()
 
 
+@pytest.mark.slow
 def test_resume_from_last_finds_the_run_or_refuses(cache_dir, tmp_path):
     """The README's resume command: no logger version is set, so ``last`` is the newest version's last.ckpt."""
     refused = run_cli(["fit", *tiny_run_args(tmp_path, cache_dir), "--ckpt_path", "last"])
@@ -404,7 +406,11 @@ def test_callback_lists_name_only_what_differs_from_the_signatures_defaults(path
 
     for callback in yaml.safe_load(path.read_text()):
         module, _, name = callback["class_path"].rpartition(".")
-        parameters = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+        defaults = {}  # a subclass passes some arguments on to its base (**kwargs): the nearest signature's default
+        for cls in reversed(getattr(importlib.import_module(module), name).__mro__):
+            init = cls.__dict__.get("__init__")
+            if init is not None:
+                defaults.update({k: p.default for k, p in inspect.signature(init).parameters.items()})
         for key, value in (callback.get("init_args") or {}).items():
-            default = parameters[key].default
+            default = defaults[key]
             assert value != (list(default) if isinstance(default, tuple) else default), f"{name}.{key} is the default"
