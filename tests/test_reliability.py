@@ -8,14 +8,22 @@ import signal
 import pytest
 from training_runs import run_cli, scalars, tiny_run_args
 
+EXTRA = {"--data.num_workers": "1", "--trainer.logger.init_args.version": "run"}  # a worker: its state is saved too
+
+
+@pytest.fixture(scope="module")
+def straight_losses(cache_dir, tmp_path_factory) -> dict[int, float]:
+    """The uninterrupted 20-step run's losses, which every stopped-and-resumed run below must reproduce."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    straight = run_cli(["fit", *tiny_run_args(run_dir, cache_dir, **EXTRA)])
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    return scalars(run_dir, "train/loss")
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path, signum):
-    extra = {"--data.num_workers": "1", "--trainer.logger.init_args.version": "run"}
-    straight = run_cli(["fit", *tiny_run_args(tmp_path / "straight", cache_dir, **extra)])
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    args = tiny_run_args(tmp_path / "stopped", cache_dir, **extra)
+def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path, signum, straight_losses):
+    args = tiny_run_args(tmp_path / "stopped", cache_dir, **EXTRA)
     stopped = run_cli(["fit", *args, "--trainer.callbacks+=helpers.SignalAtStep", "--trainer.callbacks.step=7",
                        f"--trainer.callbacks.signum={int(signum)}"])  # fmt: skip
     assert stopped.returncode == 128 + signum, stopped.stderr[-3000:]
@@ -27,20 +35,19 @@ def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path
     assert "Traceback" not in stopped.stderr and "DataLoader worker" not in stopped.stderr
     resumed = run_cli(["fit", *args, "--ckpt_path", "last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    before, after = scalars(tmp_path / "straight", "train/loss"), scalars(tmp_path / "stopped", "train/loss")
+    after = scalars(tmp_path / "stopped", "train/loss")
     assert sorted(after) == list(range(20))
-    assert after == pytest.approx(before, rel=1e-5, abs=1e-6)
+    assert after == pytest.approx(straight_losses, rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.slow
-def test_a_full_disk_ends_in_one_line_and_last_resumes_from_the_newest_intact_checkpoint(cache_dir, tmp_path):
+def test_a_full_disk_ends_in_one_line_and_last_resumes_from_the_newest_intact_checkpoint(
+    cache_dir, tmp_path, straight_losses
+):
     """At step 10 the step checkpoint is written, then last.ckpt cannot be (no space): the run ends naming the file,
     the free space and the step-10 checkpoint, and ``--ckpt_path last`` resumes from it (not the step-5 last.ckpt),
     continuing exactly as an uninterrupted run."""
-    extra = {"--trainer.logger.init_args.version": "run"}
-    straight = run_cli(["fit", *tiny_run_args(tmp_path / "straight", cache_dir, **extra)])
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    args = tiny_run_args(tmp_path / "full", cache_dir, **extra)
+    args = tiny_run_args(tmp_path / "full", cache_dir, **EXTRA)
     full = run_cli(["fit", *args, "--trainer.callbacks+=helpers.DiskFullAtStep", "--trainer.callbacks.step=10"])
     checkpoints = tmp_path / "full/alibi/run/checkpoints"
     last_line = full.stderr.rstrip().splitlines()[-1]
@@ -55,9 +62,9 @@ def test_a_full_disk_ends_in_one_line_and_last_resumes_from_the_newest_intact_ch
     resumed = run_cli(["fit", *args, "--ckpt_path", "last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from {checkpoints / 'epoch=0-step=10.ckpt'}" in resumed.stderr
-    before, after = scalars(tmp_path / "straight", "train/loss"), scalars(tmp_path / "full", "train/loss")
+    after = scalars(tmp_path / "full", "train/loss")
     assert sorted(after) == [step for step in range(20) if step != 9]  # step 10's loss was logging when it failed
-    assert after == pytest.approx({step: before[step] for step in after}, rel=1e-5, abs=1e-6)
+    assert after == pytest.approx({step: straight_losses[step] for step in after}, rel=1e-5, abs=1e-6)
 
 
 def test_an_evaluation_length_the_prompts_cannot_take_is_refused_before_training(cache_dir, tmp_path):
