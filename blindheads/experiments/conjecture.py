@@ -145,15 +145,23 @@ def summarize(out: Path, data: pd.DataFrame) -> pd.DataFrame:
 
 def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR, blind: int = BLIND) -> None:
     """Recall near and far, the far weight and learnable slopes over training: a line per condition (mean over
-    seeds). Exactly-zero weights sit on their own row below the log axis, labelled 0."""
+    seeds); conditions whose recall curves are identical share one line, named together. Exactly-zero weights sit on
+    their own row below the log axis, labelled 0."""
     figure = Figure(figsize=(11, 7))
     (near, far), (weight, slopes) = figure.subplots(2, 2)
-    floor, always_zero = 1e-40, []
+    floor, always_zero = 1e-46, []  # below the smallest float32 subnormal (1.4e-45)
     colors = {name: f"C{i}" for i, name in enumerate(dict.fromkeys(data["condition"]))}  # the same in every panel
+    recall = {}  # (near curve, far curve) -> the conditions that have it
     for name, frame in data.groupby("condition", sort=False):
-        for axis, gap in ((near, near_gap), (far, far_gap)):
-            curve = frame[frame["tag"] == f"recall/gap{gap}/exact"].groupby("step")["value"].mean()
-            axis.plot(curve.index, curve.to_numpy(), marker="o", label=name, color=colors[name])
+        curves = tuple(
+            frame[frame["tag"] == f"recall/gap{gap}/exact"].groupby("step")["value"].mean()
+            for gap in (near_gap, far_gap)
+        )
+        recall.setdefault(tuple(tuple(c.items()) for c in curves), (curves, []))[1].append(name)
+    for curves, names in recall.values():
+        for axis, curve in zip((near, far), curves):
+            axis.plot(curve.index, curve.to_numpy(), marker="o", label=" = ".join(names), color=colors[names[0]])
+    for name, frame in data.groupby("condition", sort=False):
         weights = frame[frame["tag"].str.match(rf"^recall/gap{far_gap}/weight/")]
         top = weights.groupby("step")["value"].max()
         if (top == 0).all():  # drawn once below, named together: such lines would hide each other
@@ -175,9 +183,10 @@ def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR
     weight.set_title("largest weight on the far answer over every layer-head")
     weight.set_yscale("log")
     weight.set_ylim(floor / 10, 1.5)
-    ticks = [floor, 1e-30, 1e-20, 1e-10, 1]
-    weight.set_yticks(ticks, ["0 (exactly)", "1e-30", "1e-20", "1e-10", "1"])
-    slopes.set_title(f"learnable slopes, mean over seeds (start: blind at {blind} tokens)")
+    ticks = [floor, 1e-40, 1e-30, 1e-20, 1e-10, 1]
+    weight.set_yticks(ticks, ["0 (exactly)", "1e-40", "1e-30", "1e-20", "1e-10", "1"])
+    weight.legend(fontsize="x-small")
+    slopes.set_title(f"learnable slopes, mean of seeds (start: blind at {blind})")
     slopes.ticklabel_format(axis="y", style="plain", useOffset=False)
     for axis in (near, far, weight, slopes):
         axis.set_xlabel("step")
