@@ -76,6 +76,7 @@ def prompt_digest(cache_dir) -> str:
     return hashlib.sha256(b"".join(s.tokens.numpy().tobytes() for s in samples)).hexdigest()
 
 
+@pytest.mark.slow
 def test_prompts_are_identical_across_calls_and_processes(cache_dir):
     here = prompt_digest(cache_dir)
     assert here == prompt_digest(cache_dir)

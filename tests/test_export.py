@@ -162,6 +162,7 @@ metric_list:
     return directory
 
 
+@pytest.mark.slow
 def test_a_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, tmp_path):
     manager = TaskManager(include_path=str(write_local_task(tmp_path)))
     results = simple_evaluate(model=adapter, tasks=["tiny_choice"], task_manager=manager, bootstrap_iters=0)
@@ -194,6 +195,7 @@ def test_test_command_includes_lm_eval_in_the_results(cache_dir, tmp_path):
     assert 0 <= metrics["test/lm_eval/tiny_choice/acc"] <= 1
 
 
+@pytest.mark.slow
 def test_unknown_lm_eval_task_fails_clearly():
     with pytest.raises(ValueError, match=r"unknown lm-evaluation-harness tasks \['no_such_task'\]"):
         LMEvalHarness(tasks=["no_such_task"])
