@@ -47,6 +47,6 @@ def test_every_results_file_records_the_command_seeds_machine_and_versions():
 
     from blindheads.experiments.runner import provenance
 
-    record = provenance("blindheads grid --seeds 1 0", 12.345, [1, 0])
+    record = provenance("blindheads grid --seeds 1 0", 12.345, [1, 0, 1])
     assert record["command"] == "blindheads grid --seeds 1 0" and record["wall_s"] == 12.3 and record["seeds"] == [0, 1]
     assert record["versions"]["torch"] == version("torch") and "CPUs" in record["machine"] and record["date"]

@@ -160,7 +160,7 @@ def provenance(command: str, wall_s: float, seeds: list[int]) -> dict:
         "command": command,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(wall_s, 1),  # this invocation (a resumed experiment counts only its own part)
-        "seeds": sorted(seeds),
+        "seeds": sorted(set(seeds)),
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {cpus} CPUs",
         "versions": {name: version(name) for name in PACKAGES},
