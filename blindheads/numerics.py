@@ -21,6 +21,13 @@ THRESHOLDS = get_args(Threshold)
 SOFTMAX_BACKENDS = ("eager", "sdpa")
 
 
+PRECISION_DTYPES = {  # a Lightning trainer precision -> the dtype attention computes in
+    "64-true": "float64", "64": "float64", "32-true": "float32", "32": "float32",
+    "bf16-mixed": "bfloat16", "bf16-true": "bfloat16", "bf16": "bfloat16",
+    "16-mixed": "float16", "16-true": "float16", "16": "float16",
+}  # fmt: skip
+
+
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """A supported floating dtype from its name (``"bfloat16"``) or itself."""
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():

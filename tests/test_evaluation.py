@@ -263,3 +263,20 @@ def test_the_eager_softmax_dtype_is_chosen_per_call_and_the_model_keeps_its_own(
     assert all(module.dtype == torch.float32 for module in modules)
     with pytest.raises(ValueError, match="softmax_dtype applies to the eager backend only"):
         decoder.hidden_states(tokens, attention="sdpa", softmax_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "precision, dtype",
+    [
+        ("bf16-mixed", torch.bfloat16),
+        ("16-mixed", torch.float16),
+        ("32-true", torch.float32),
+        ("64-true", torch.float64),
+    ],
+)
+def test_the_monitors_measure_in_the_dtype_the_trainer_precision_computes_in(precision, dtype):
+    from types import SimpleNamespace
+
+    from blindheads.callbacks.periodic import autocast_dtype
+
+    assert autocast_dtype(SimpleNamespace(precision=precision)) == dtype

@@ -10,6 +10,8 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from matplotlib.figure import Figure
 
+from blindheads.numerics import PRECISION_DTYPES, resolve_dtype
+
 
 class PeriodicEvaluation(L.Callback):
     """Runs ``evaluate`` every ``every_n_steps`` training steps (``None``: never during fit), after ``validate``
@@ -57,8 +59,7 @@ def scaled_lengths(trainer: L.Trainer, pl_module: L.LightningModule, factors: li
 
 def autocast_dtype(trainer: L.Trainer) -> torch.dtype:
     """The dtype attention computes in under the trainer's precision (``bf16-mixed`` -> bfloat16, ...)."""
-    dtypes = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
-    return dtypes.get(str(trainer.precision).split("-")[0], torch.float32)
+    return resolve_dtype(PRECISION_DTYPES.get(str(trainer.precision), "float32"))
 
 
 def per_head(scalars: dict[str, float], tag: str, values: torch.Tensor) -> None:

@@ -14,7 +14,7 @@ from blindheads.callbacks.periodic import (
     per_head,
     scaled_lengths,
     training_length,
-)  # fmt: skip
+)
 from blindheads.evaluation.contexts import evaluating, forward_hooks
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
 from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics

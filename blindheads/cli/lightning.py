@@ -24,14 +24,10 @@ from blindheads.cli.run_lock import RunLock
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.modules.config import SHAPE, DecoderConfig
 from blindheads.modules.lm import DecoderLM
+from blindheads.numerics import PRECISION_DTYPES
 
 log = logging.getLogger(__name__)
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0}
-PRECISION_DTYPES = {  # trainer precision -> the dtype attention computes in
-    "64-true": "float64", "64": "float64", "32-true": "float32", "32": "float32",
-    "bf16-mixed": "bfloat16", "bf16-true": "bfloat16", "bf16": "bfloat16",
-    "16-mixed": "float16", "16-true": "float16", "16": "float16",
-}  # fmt: skip
 
 
 class BlindheadsCLI(LightningCLI):

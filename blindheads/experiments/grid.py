@@ -65,16 +65,14 @@ def run_one(setup: str, seed: int, args: argparse.Namespace) -> dict:
     """Fit (resuming a killed run) and test one setup at one seed; the run's results with its wall time."""
     run_dir = Path(args.runs) / setup / f"seed{seed}"
     results = run_dir / "results.json"
-    common = run_options(setup, seed, args)
+    common, position = run_options(setup, seed, args), position_of(setup_files(setup, args.config))
     if results.exists():  # done (by a grid that may have been killed before recording the run's identity)
-        return {"setup": setup, "seed": seed, "position": position_of(setup_files(setup, args.config)),
-                **read_json(results)}  # fmt: skip
+        return {"setup": setup, "seed": seed, "position": position, **read_json(results)}
     resume = resume_option(run_dir)
     started = time.monotonic()
     for command in (["fit", *common, *resume], ["test", *common, "--ckpt_path", "last"]):
         launch(command, run_dir.parent / f"seed{seed}.{command[0]}.log", args.parallel)
     record = read_json(results)
-    position = position_of(setup_files(setup, args.config))
     record.update(setup=setup, seed=seed, position=position, wall_s=round(time.monotonic() - started, 1))
     if resume:
         record["resumed"] = True  # its wall time counts only the part after the resume
