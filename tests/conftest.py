@@ -1,5 +1,10 @@
+import os
+from pathlib import Path
+
 import pytest
 import torch
+from filelock import FileLock
+from training_runs import run_cli, tiny_run_args
 
 from blindheads.datamodules.tokenizer import load_tokenizer
 
@@ -23,3 +28,21 @@ def cache_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("blindheads-cache")
     load_tokenizer("builtin", path)
     return path
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, cache_dir) -> Path:
+    """One tiny 20-step fit with every evaluation (``tiny_run_args(..., evaluations=True)``, ALiBi, version ``run``),
+    made once per session and shared by the xdist workers. Tests read it or copy it (``training_runs.copy_run``),
+    never change it. Returns the run directory (``.../alibi/run``)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the session's folder, above each worker's own
+    root = shared / "trained-run"
+    with FileLock(str(shared / "trained-run.lock")):
+        run_dir = root / "alibi" / "run"
+        if not (run_dir / "checkpoints" / "last.ckpt").exists():
+            args = tiny_run_args(root, cache_dir, evaluations=True, **{"--trainer.logger.init_args.version": "run"})
+            fit = run_cli(["fit", *args])
+            assert fit.returncode == 0, fit.stderr[-3000:]
+    return run_dir

@@ -14,7 +14,7 @@ from lm_eval import simple_evaluate
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 from test_backends import SPECS
-from training_runs import run_cli, tiny_run_args
+from training_runs import copy_run, run_cli, tiny_run_args
 from transformers import AutoModelForCausalLM
 
 from blindheads.callbacks.lm_eval import LMEvalHarness
@@ -48,10 +48,8 @@ def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
 
 
 @pytest.mark.slow
-def test_export_of_a_trained_run_includes_its_tokenizer(cache_dir, tmp_path):
-    run = {"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
-    assert run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **run)]).returncode == 0
-    ckpt = tmp_path / "alibi/run/checkpoints/last.ckpt"
+def test_export_of_a_trained_run_includes_its_tokenizer(trained_run, tmp_path):
+    ckpt = trained_run / "checkpoints/last.ckpt"
     result = run_cli(["export", "--ckpt_path", str(ckpt), "--out", str(tmp_path / "hf")])
     assert result.returncode == 0, result.stderr[-2000:]
     config = json.loads((tmp_path / "hf/config.json").read_text())
@@ -175,10 +173,10 @@ def test_a_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, tmp_pat
 
 
 @pytest.mark.slow
-def test_test_command_includes_lm_eval_in_the_results(cache_dir, tmp_path):
+def test_test_command_includes_lm_eval_in_the_results(trained_run, cache_dir, tmp_path):
     tasks = write_local_task(tmp_path)
-    run = {"--trainer.logger.init_args.version": "run", "--trainer.max_steps": "5"}
-    assert run_cli(["fit", *tiny_run_args(tmp_path, cache_dir, **run)]).returncode == 0
+    run = {"--trainer.logger.init_args.version": "run"}
+    copy_run(trained_run, tmp_path)
     result = run_cli(
         [
             "test",

@@ -16,17 +16,19 @@ from blindheads.modules.schedules import lr_multiplier
 
 PAPER = REPO / "configs/experiments/paper.yaml"
 REHEARSAL = REPO / "configs/rehearsal.yaml"
+REHEARSAL_CALLBACKS = REPO / "configs/callbacks/rehearsal.yaml"
 INTERVALS = ("every_n_steps", "every_n_train_steps")
+COSTS = ("samples",)  # prompts per retrieval cell: fewer on the CPU, every cell kept
 GPU_FILES = [*sorted((REPO / "configs/position").glob("*.yaml")), *(REPO / "configs/trainer").glob("[!c]*.yaml")]
 
 
-def test_the_rehearsal_keeps_the_papers_callbacks_but_for_their_intervals():
+def test_the_rehearsal_keeps_the_papers_callbacks_but_for_their_intervals_and_sample_counts():
     def without_intervals(callbacks):
-        return [{**c, "init_args": {k: v for k, v in (c.get("init_args") or {}).items() if k not in INTERVALS}}
+        return [{**c, "init_args": {k: v for k, v in (c.get("init_args") or {}).items() if k not in INTERVALS + COSTS}}
                 for c in callbacks]  # fmt: skip
 
     paper = yaml.safe_load((REPO / "configs/callbacks/paper.yaml").read_text())
-    rehearsal = yaml.safe_load((REPO / "configs/callbacks/rehearsal.yaml").read_text())
+    rehearsal = yaml.safe_load(REHEARSAL_CALLBACKS.read_text())
     assert without_intervals(rehearsal) == without_intervals(paper)
     steps = yaml.safe_load(REHEARSAL.read_text())["trainer"]["max_steps"]
     intervals = [v for c in rehearsal for k, v in (c.get("init_args") or {}).items() if k in INTERVALS]
@@ -73,7 +75,8 @@ def _int(text: str) -> int:
 @pytest.mark.slow
 def test_the_paper_recipe_rehearsed_on_two_ranks(cache_dir, tmp_path):
     """paper.yaml + model/wide.yaml (the setup its comment names) + rehearsal.yaml: 12 steps on 2 gloo ranks, then a
-    resume from the step-6 checkpoint that repeats steps 7-12 exactly, then test."""
+    resume from the step-6 checkpoint that repeats steps 7-12 exactly (without the evaluations, which the fit and the
+    test run), then test."""
     common = ["--config", str(PAPER), "--config", str(REPO / "configs/position/wide.yaml"), "--config", str(REHEARSAL),
               "--data.cache_dir", str(cache_dir), "--trainer.logger.init_args.save_dir", str(tmp_path)]  # fmt: skip
     fit = run_cli(["fit", *common, "--trainer.logger.init_args.version", "run"], timeout=900)
@@ -89,7 +92,10 @@ def test_the_paper_recipe_rehearsed_on_two_ranks(cache_dir, tmp_path):
     assert lr == pytest.approx(expected), "warmup 4 steps, stable, 1-sqrt cooldown over the last 20% (10, 11)"
     assert scalars(run, "train/tokens")[11] == 12 * 2 * 2 * 512, "steps x ranks x windows x tokens"
 
+    # the resume's steps, not its evaluations, are under test: it keeps only the checkpoint callback
+    (tmp_path / "checkpoints.yaml").write_text(yaml.safe_dump(yaml.safe_load(REHEARSAL_CALLBACKS.read_text())[:1]))
     resumed = run_cli(["fit", *common, "--trainer.logger.init_args.version", "resumed",
+                       "--trainer.callbacks", str(tmp_path / "checkpoints.yaml"),
                        "--ckpt_path", str(run / "checkpoints/epoch=0-step=6.ckpt")], timeout=900)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     before, after = scalars(run, "train/loss"), scalars(tmp_path / "wide/resumed", "train/loss")

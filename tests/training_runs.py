@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,24 @@ def scalars(log_dir: Path, tag: str) -> dict[int, float]:
         frame = run_scalars(run)
         values.update(frame.loc[frame["tag"] == tag].set_index("step")["value"].to_dict())
     return values
+
+
+def copy_run(run_dir: Path, root: Path) -> Path:
+    """A writable copy of ``run_dir`` (``.../NAME/VERSION``) at ``root/NAME/VERSION``, where tiny_run_args(root)
+    puts a run of that name and version."""
+    target = root / run_dir.parent.name / run_dir.name
+    shutil.copytree(run_dir, target)
+    return target
+
+
+def refusal(args: list[str]) -> str:
+    """The one-line refusal of ``blindheads ARGS``, run in this process (parsing and set-up cost no start-up): the
+    message it exits with; fails if the command ends any other way."""
+    from blindheads.cli import main
+
+    try:
+        main(args)
+    except SystemExit as exit:
+        assert isinstance(exit.code, str), f"exited with {exit.code!r}, not a message"
+        return exit.code
+    raise AssertionError(f"blindheads {' '.join(args)} was not refused")
