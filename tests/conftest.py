@@ -8,6 +8,18 @@ from training_runs import run_cli, tiny_run_args
 
 from blindheads.datamodules.tokenizer import load_tokenizer
 
+# The CPU's flush-to-zero flag is per thread, and a new intra-op thread copies its creator's. A CLI built in-process
+# sets the flag from its config before any thread starts; were the thread pool started then, its threads would flush
+# subnormals for the rest of the session whatever the main thread resets. Start the pool now, subnormals kept.
+torch.set_flush_denormal(False)
+torch.zeros(1 << 22).exp_()
+
+
+def pytest_collection_modifyitems(items):
+    """Slow tests first: under ``-n 2`` (tests handed out one at a time, ``--maxschedchunk=1`` in pyproject.toml) a
+    minutes-long test started last would leave the other worker idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -6,8 +6,9 @@ import json
 
 import pandas as pd
 import pytest
-from training_runs import REPO, run_cli
+from training_runs import REPO, refusal
 
+from blindheads.cli import main
 from blindheads.cli.lightning import build_cli
 from blindheads.experiments import grid
 from blindheads.experiments.runner import configs
@@ -16,9 +17,10 @@ from blindheads.experiments.summary import run_rows, write_summary
 
 
 @pytest.mark.slow
-def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_path):
+def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_path, capsys):
     """The recall-by-distance protocol at 3 steps: summary, tidy table and figure; a killed run is run again, a
-    finished one is not; other options are refused, naming the difference."""
+    finished one is not; other options are refused, naming the difference. The grid runs in this process (its fits
+    and tests in their own)."""
     out = tmp_path / "grid"
     # 8 episodes per distance (EpisodeRecall's samples, the last callback) instead of 64
     shrink = ["--data.cache_dir", str(cache_dir), "--trainer.max_steps", "3", "--data.batch_size", "2",
@@ -28,8 +30,7 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     ]
     command = ["grid", "--config", *protocol, "--setups", "alibi", "nope",
                "--seeds", "0", "--out", str(out), "--runs", str(tmp_path / "runs"), "--", *shrink]  # fmt: skip
-    first = run_cli(command)
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    main(command)
     summary = pd.read_csv(out / "summary.csv", index_col=0)
     assert list(summary.index) == ["alibi", "nope"] and (summary["seeds"] == 1).all()
     assert summary[["loss_1x", "loss_2x", "loss_4x", "loss_8x"]].notna().all().all()
@@ -47,15 +48,15 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     (tmp_path / "runs/nope/seed0/results.json").unlink()  # as if killed before nope's test ended
     fit_log = tmp_path / "runs/alibi/seed0.fit.log"
     before = fit_log.stat().st_mtime_ns
-    second = run_cli(command)
-    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    capsys.readouterr()
+    main(command)
     assert fit_log.stat().st_mtime_ns == before, "a finished run is not run again"
-    assert "nope seed 0: done" in second.stdout and "alibi seed 0: done" not in second.stdout
+    printed = capsys.readouterr().out
+    assert "nope seed 0: done" in printed and "alibi seed 0: done" not in printed
     assert "resuming from" in (tmp_path / "runs/nope/seed0.fit.log").read_text()
 
-    changed = run_cli([*command[: -len(shrink)], *shrink[:3], "4", *shrink[4:]])  # --trainer.max_steps 4
-    assert changed.returncode != 0
-    assert "was made with other options (then --trainer.max_steps 3; now --trainer.max_steps 4)" in changed.stderr
+    changed = refusal([*command[: -len(shrink)], *shrink[:3], "4", *shrink[4:]])  # --trainer.max_steps 4
+    assert "was made with other options (then --trainer.max_steps 3; now --trainer.max_steps 4)" in changed
 
 
 def test_unknown_setups_are_refused_with_the_choices(capsys):
@@ -89,8 +90,7 @@ def test_the_conjecture_command_measures_exact_zeros_under_blindness(cache_dir, 
     shrink = ["--data.cache_dir", str(cache_dir), "--data.batch_size", "2", "--data.val_windows", "2"]
     command = ["conjecture", "--conditions", "zero", "nope", "--seeds", "0", "--steps", "4", "--every", "2",
                "--out", str(out), "--runs", str(tmp_path / "runs"), "--", *shrink]  # fmt: skip
-    result = run_cli(command)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    main(command)  # in this process; its fits in their own
     summary = pd.read_csv(out / "summary.csv").set_index("condition")
     zero, nope = summary.loc["zero"], summary.loc["nope"]
     assert zero["far_weights_exactly_zero"] == zero["far_weights"] == 8  # 1 layer x 8 heads

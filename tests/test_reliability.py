@@ -90,18 +90,9 @@ def layout_charts(run_dir) -> dict[str, list[str]]:
     return {category.title: [chart.title for chart in category.chart] for category in parsed.category}
 
 
-def test_a_run_opens_tensorboard_with_its_layout(cache_dir, tmp_path):
+def test_a_run_opens_tensorboard_with_its_layout(trained_run):
     """The tiny model (2 layers, 4 heads): a chart per layer of underflow, one per head of blind distance."""
-    result = run_cli(
-        [
-            "fit",
-            *tiny_run_args(
-                tmp_path, cache_dir, **{"--trainer.max_steps": "2", "--trainer.logger.init_args.version": "run"}
-            ),
-        ]
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    charts = layout_charts(tmp_path / "alibi/run")
+    charts = layout_charts(trained_run)
     assert charts["underflow: share of weights exactly zero, per layer"] == ["layer 0", "layer 1"]
     assert charts["blind distance: measured (every layer) against predicted"] == [f"head {h}" for h in range(4)]
     assert "exact" in charts["recall by distance"]
