@@ -87,7 +87,9 @@ def test_a_gap_longer_than_a_window_is_refused(cache_dir, files):
         RetrievalMix(rate=1.5)
 
 
-@pytest.mark.parametrize(("template", "recall"), [("sentence", " So the"), ("short", " ="), ("quiz", " Question:")])
+@pytest.mark.parametrize(
+    ("template", "recall"), [("sentence", " So the"), ("short", " ="), ("assign", "="), ("quiz", " Question:")]
+)
 def test_no_evaluation_prompt_occurs_in_training(cache_dir, files, template, recall):
     """Evaluation stays held out: the mix shares no template, key word or phrase with passkey and needle."""
     assert not set(KEY_WORDS[0] + KEY_WORDS[1]) & set(prompts.NEEDLE_KEY_WORDS[0] + prompts.NEEDLE_KEY_WORDS[1])
@@ -122,7 +124,7 @@ def test_the_short_template_puts_answers_a_few_tokens_past_the_gap(cache_dir, fi
         assert (" = " in text) == (template == "short") and (" code reads " in text) == (template == "sentence")
         distances[template] = writer.distances(facts, recalls, gap)[0] - gap
     assert distances["short"] <= 8 < distances["sentence"]
-    with pytest.raises(ValueError, match="template must be one of sentence, short, quiz, got 'long'"):
+    with pytest.raises(ValueError, match="template must be one of sentence, short, assign, quiz, got 'long'"):
         RetrievalMix(template="long")
     with pytest.raises(ValueError, match="facts=13: the short template has only 12 keys"):
         RetrievalMix(facts=13, template="short")
@@ -132,3 +134,43 @@ def test_validation_stays_natural_text(cache_dir, files):
     with_mix, without = mixed(cache_dir, files), make_datamodule(cache_dir, files, seq_len=128)
     assert torch.equal(with_mix.validation_windows(), without.validation_windows())
     assert torch.equal(with_mix.heldout_tokens(500), without.heldout_tokens(500))
+
+
+@pytest.mark.parametrize("filler_digits", [True, False])
+def test_without_filler_digits_the_values_are_the_only_numbers_in_training_and_held_out_text(
+    cache_dir, files, filler_digits
+):
+    """The conjecture's data: a value is the only number a head can find, in training windows and held-out
+    episodes alike (with the documents' digits kept, ``doc 7 begins`` puts others around it)."""
+    import re
+
+    from blindheads.evaluation.recall import recall_samples
+
+    mix = RetrievalMix(rate=1.0, facts=1, value_digits=(1, 1), min_gap=4, max_gap=16, template="short",
+                       filler_digits=filler_digits)  # fmt: skip
+    data = mixed(cache_dir, files, mix)
+    tokenizer = data.tokenizer.backend_tokenizer
+    windows = [tokenizer.decode(w.tolist()) for batch in take(data, 6) for w in batch]
+    writer = EpisodeWriter(mix, tokenizer, 128)
+    samples = recall_samples(writer, data.heldout_tokens(2000).tolist(), 0, 128, 16, gap=8)
+    held_out = [tokenizer.decode(s.tokens.tolist()) for s, _ in samples]
+    for texts in (windows, held_out):
+        numbers = [m for text in texts for m in re.finditer(r"\d+", text)]
+        others = [m for m in numbers if not m.string[: m.start()].endswith("= ")]  # not a fact's or recall's value
+        assert numbers and (others == []) != filler_digits, others[:3]
+    assert sum(bool(re.search(r"= \d\.", text)) for text in windows) > len(windows) / 2, "episodes are still there"
+
+
+def test_the_assign_template_gives_every_one_digit_value_one_token(cache_dir, files):
+    """With a small vocabulary `` 2`` is one token and `` 7`` two (a space, then the digit), so ``short``'s one-digit
+    answers differ in length by digit; ``assign`` states values with no space before them: one token each."""
+    tokenizer = make_datamodule(cache_dir, files, seq_len=128, builtin_vocab_size=1024).tokenizer.backend_tokenizer
+    lengths = {}
+    for template in ("short", "assign"):
+        writer = EpisodeWriter(RetrievalMix(facts=1, value_digits=(1, 1), template=template), tokenizer, 256)
+        for seed in range(200):
+            _, facts, [(prefix, value)], _ = writer.episode(random.Random(seed))
+            assert writer.distances(facts, [(prefix, value)], 1)  # the value is found in its fact
+            lengths.setdefault(template, {})[tokenizer.decode(value).strip()] = len(value)
+    assert len(lengths["assign"]) == 9 and set(lengths["assign"].values()) == {1}
+    assert set(lengths["short"].values()) == {1, 2}

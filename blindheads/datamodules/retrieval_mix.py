@@ -53,6 +53,9 @@ KEY_WORDS = (
 TEMPLATES = {
     "sentence": (" The {key} code reads {value}.", " So the {key} code reads", KEY_WORDS),
     "short": (" {key} = {value}.", " {key} =", KEY_WORDS[1:]),
+    # ``short`` with each value's digits as they are: no space before them, which a small vocabulary merges with
+    # some digits only (`` 2`` one token, `` 7`` two), so one-digit answers are each one token
+    "assign": (" {key}={value};", " {key}=", KEY_WORDS[1:]),
     # the shape of the passkey task (a value stated twice, a question, the answer's lead-in) in other words
     "quiz": (
         " The {key} number is {value}. Keep it in mind. {value} is the {key} number.",
@@ -78,6 +81,9 @@ class RetrievalMix:
     value_digits: tuple[int, int] = (3, 6)  # values of 3 to 6 digits (passkey uses 5, needle 7)
     seed: int = 0
     template: str = "sentence"  # "short": one-word keys, ``key = value.``; "quiz": the passkey task's shape
+    # False: the text's tokens that hold a digit are dropped, so a fact's value is the only number around it and a
+    # head that sees it can recall it without matching its key (the conjecture isolates seeing from matching)
+    filler_digits: bool = True
 
     def __post_init__(self) -> None:
         if self.template not in TEMPLATES:
@@ -104,6 +110,8 @@ class EpisodeWriter:
         self.mix, self.tokenizer, self.seq_len = mix, tokenizer, seq_len
         # in this process: window slots the documents covered, episodes drawn and inserted, recall distances
         self.statistics = {"windows": 0, "drawn": 0, "episodes": 0, "distances": Counter()}
+        vocab = tokenizer.get_vocab()
+        self._digit_tokens = np.asarray(sorted(i for t, i in vocab.items() if any(c.isdigit() for c in t)), np.int64)
         longest = self.episode(random.Random(0), longest=True)[0]
         if len(longest) > seq_len:
             raise ValueError(
@@ -113,6 +121,11 @@ class EpisodeWriter:
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def filler(self, tokens: np.ndarray) -> np.ndarray:
+        """The text tokens episodes are set in: ``tokens``, without those holding a digit unless ``filler_digits``."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        return tokens if self.mix.filler_digits else tokens[~np.isin(tokens, self._digit_tokens)]
 
     def episode(self, rng: random.Random, gap: int | None = None, longest: bool = False):
         """(template with the gap as zeros, facts tokens, recalls as [(prefix tokens, value tokens)], gap)."""
@@ -128,7 +141,8 @@ class EpisodeWriter:
                 value = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
             values.add(value)
             facts += self.encode(fact.format(key=key, value=value))
-            recalls.append((self.encode(recall.format(key=key)), self.encode(f" {value}")))
+            lead = " " if " {value}" in fact else ""  # the value's text as the fact states it
+            recalls.append((self.encode(recall.format(key=key)), self.encode(f"{lead}{value}")))
         rng.shuffle(recalls)
         low, high = math.log(self.mix.min_gap), math.log(self.mix.max_gap)
         if gap is None:
@@ -141,6 +155,7 @@ class EpisodeWriter:
         episode in each window it covers with probability ``rate``, where the episode fits after the document's
         start and the document has text enough for its gap (all counted in ``statistics``)."""
         rng = random.Random(hashlib.sha256(f"{self.mix.seed}/{epoch}/{text}".encode()).hexdigest())
+        tokens = self.filler(tokens)
         window, out, taken, cursor = self.seq_len, [], 0, window_offset
         while taken < len(tokens):
             self.statistics["windows"] += 1

@@ -30,7 +30,7 @@ def recall_samples(
     starts in the facts."""
     if (gap is None) == (distance is None):
         raise ValueError(f"give exactly one of gap and distance, got gap={gap}, distance={distance}")
-    out = []
+    out, haystack = [], writer.filler(haystack).tolist()
     for index in range(count):
         point = gap if distance is None else f"distance{distance}"
         rng = random.Random(f"recall/{seed}/{length}/{point}/{index}")

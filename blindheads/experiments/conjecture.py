@@ -3,14 +3,15 @@
 Exactly-zero attention weights pass no gradient. Here every head of a one-layer model (the laptop model's width, 8
 heads) goes blind BLIND tokens back (float32, subnormals flushed), so a fact farther back is seen by no head at all
 (with one layer, no chain of weights can bring it either). The data (configs/experiments/conjecture.yaml over
-laptop.yaml: an episode of the mix's short template in every 256-token window, kettle = 5. ... kettle = 5.) puts
-answers near (gap 1: 8 tokens back, a bias of 3.7 nats: visible to every head) and far (gap 225: about 232 tokens
-back, beyond every head). The same model and data train under each condition of configs/experiments/conjecture/:
+laptop.yaml: an episode of the mix's assign template in every 256-token window, kettle=5; ... kettle=5, in text
+without digits, so the value is the only number a head can find) puts answers near (gap 1: 7-9 tokens back, a bias
+of 3.2-4.1 nats: visible to every head) and far (gap 225: 231-233 tokens back, beyond every head). The same model and
+data train under each condition of configs/experiments/conjecture/:
 
 - nope: no bias (the control: are both recalls learnable in this budget?);
 - zero: the far weights are exactly 0;
 - learnable: learnable slopes starting at the blind ones, free to flatten;
-- subnormal: the same slopes with subnormals kept (the zero edge moves from 190 to 225 tokens, still short of 232);
+- subnormal: the same slopes with subnormals kept (the zero edge moves from 190 to 226 tokens, still short of 231);
 - clamp: the bias floored where weights stay non-zero (about 1e-32): tiny, not zero;
 - log_distance: log-scaled distances: far weights small, not tiny.
 
@@ -46,7 +47,7 @@ from blindheads.experiments.runner import (
 BLIND = 190  # tokens back at which every head goes blind (float32, normal threshold)
 CONDITIONS = ["nope", "zero", "learnable", "subnormal", "clamp", "log_distance"]  # control and plain blind first
 CONDITION_CONFIGS = Path("configs/experiments/conjecture")
-NEAR, FAR = 1, 225  # the gaps measured: answers 8 and about 232 tokens back
+NEAR, FAR = 1, 225  # the gaps measured: answers 7-9 and 231-233 tokens back
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
