@@ -7,8 +7,8 @@ every fact in a shuffled order. The ``sentence`` template::
     So the onyx wagon code reads 9051. So the plum gimlet code reads 48213. <the rest of the document>
 
 the ``short`` one, whose answers lie only a few tokens beyond the gap (``wagon = 9051.`` ... ``wagon = 9051.``), and
-the ``quiz`` one, the passkey task's shape in other words (``The plum gimlet number is 42. Keep it in mind. 42 is the
-plum gimlet number.`` ... ``Question: which is the plum gimlet number? The plum gimlet number is 42.``).
+the ``quiz`` one, the passkey task's shape in other words (``The plum gimlet code is 42. Keep it in mind. 42 is the
+plum gimlet code.`` ... ``Question: which is the plum gimlet code? The plum gimlet code is 42.``).
 
 Each training window a document covers gets an episode with probability ``rate``. The gap is log-uniform in
 ``[min_gap, max_gap]`` tokens, and every episode lies inside one window (its start is drawn uniformly among the
@@ -56,11 +56,12 @@ TEMPLATES = {
     # ``short`` with each value's digits as they are: no space before them, which a small vocabulary merges with
     # some digits only (`` 2`` one token, `` 7`` two), so one-digit answers are each one token
     "assign": (" {key}={value};", " {key}=", KEY_WORDS[1:]),
-    # the shape of the passkey task (a value stated twice, a question, the answer's lead-in) in other words
+    # the shape of the passkey task (a value stated twice, a question, the answer's lead-in) in other words; the key's
+    # last word varies, so no fixed word before ``is`` marks the value: its whole key must be matched, as in passkey
     "quiz": (
-        " The {key} number is {value}. Keep it in mind. {value} is the {key} number.",
-        " Question: which is the {key} number? The {key} number is",
-        KEY_WORDS,
+        " The {key} is {value}. Keep it in mind. {value} is the {key}.",
+        " Question: which is the {key}? The {key} is",
+        (*KEY_WORDS, ["number", "code", "tag", "label", "serial", "pin"]),
     ),
 }
 
