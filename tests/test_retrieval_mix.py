@@ -11,7 +11,7 @@ import torch
 from data_fixtures import write_fineweb_parquet
 from test_datamodule import make_datamodule, take
 
-from blindheads.datamodules.retrieval_mix import KEY_WORDS, TEMPLATES, EpisodeWriter, RetrievalMix
+from blindheads.datamodules.retrieval_mix import KEY_WORDS, TEMPLATES, EpisodeWriter, RetrievalMix, vocabulary_words
 from blindheads.evaluation import prompts
 
 SMALL = RetrievalMix(rate=0.5, facts=2, min_gap=4, max_gap=16, seed=3)
@@ -174,3 +174,17 @@ def test_the_assign_template_gives_every_one_digit_value_one_token(cache_dir, fi
             lengths.setdefault(template, {})[tokenizer.decode(value).strip()] = len(value)
     assert len(lengths["assign"]) == 9 and set(lengths["assign"].values()) == {1}
     assert set(lengths["short"].values()) == {1, 2}
+
+
+def test_quiz_keys_are_vocabulary_words_that_no_evaluation_prompt_uses(cache_dir, files):
+    """Two whole-word tokens of the tokenizer make a quiz key, so no fixed word marks the value; the passkey and needle
+    prompts' words (``pass``, ``key``, ``grass``, the needle's key words) are never among them."""
+    vocab = {"\u0120pass": 0, "\u0120key": 1, "\u0120grass": 2, "\u0120amber": 3, "\u0120returned": 4, "\u0120Block": 5,
+             "\u0120is": 6, "block": 7, "\u0120x2y": 8, "\u0120context": 9}  # fmt: skip
+    assert vocabulary_words(vocab) == ["context", "returned"]
+    tokenizer = make_datamodule(cache_dir, files, seq_len=128).tokenizer.backend_tokenizer
+    writer = EpisodeWriter(RetrievalMix(facts=1, value_digits=(2, 2), max_gap=16, template="quiz"), tokenizer, 128)
+    words = set(writer.key_words[0])
+    assert writer.key_words == [writer.key_words[0]] * 2 and len(words) > 20
+    keys = {tokenizer.decode(writer.episode(random.Random(seed))[1]).split(" is ")[0] for seed in range(50)}
+    assert len(keys) > 40 and all(set(key.split()[1:]) <= words for key in keys), sorted(keys)[:5]

@@ -7,8 +7,9 @@ every fact in a shuffled order. The ``sentence`` template::
     So the onyx wagon code reads 9051. So the plum gimlet code reads 48213. <the rest of the document>
 
 the ``short`` one, whose answers lie only a few tokens beyond the gap (``wagon = 9051.`` ... ``wagon = 9051.``), and
-the ``quiz`` one, the passkey task's shape in other words (``The plum gimlet code is 42. Keep it in mind. 42 is the
-plum gimlet code.`` ... ``Question: which is the plum gimlet code? The plum gimlet code is 42.``).
+the ``quiz`` one, the passkey task's shape in other words, keyed by two words of the tokenizer's vocabulary (``The
+returned block is 42. Keep it in mind. 42 is the returned block.`` ... ``Question: which is the returned block? The
+returned block is 42.``).
 
 Each training window a document covers gets an episode with probability ``rate``. The gap is log-uniform in
 ``[min_gap, max_gap]`` tokens, and every episode lies inside one window (its start is drawn uniformly among the
@@ -27,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -49,6 +51,7 @@ KEY_WORDS = (
         "easel",
     ],
 )
+VOCABULARY = "vocabulary"  # a key word list: the tokenizer's whole-word tokens, none of them in an evaluation prompt
 # template name -> (fact, recall, the word lists a key takes one word from each of)
 TEMPLATES = {
     "sentence": (" The {key} code reads {value}.", " So the {key} code reads", KEY_WORDS),
@@ -56,12 +59,13 @@ TEMPLATES = {
     # ``short`` with each value's digits as they are: no space before them, which a small vocabulary merges with
     # some digits only (`` 2`` one token, `` 7`` two), so one-digit answers are each one token
     "assign": (" {key}={value};", " {key}=", KEY_WORDS[1:]),
-    # the shape of the passkey task (a value stated twice, a question, the answer's lead-in) in other words; the key's
-    # last word varies, so no fixed word before ``is`` marks the value: its whole key must be matched, as in passkey
+    # the shape of the passkey task (a value stated twice, a question, the answer's lead-in) in other words, its key
+    # two words of the tokenizer's own (``The returned block is 42``): no fixed word marks the value, so the key
+    # phrase itself must be matched, as in passkey
     "quiz": (
         " The {key} is {value}. Keep it in mind. {value} is the {key}.",
         " Question: which is the {key}? The {key} is",
-        (*KEY_WORDS, ["number", "code", "tag", "label", "serial", "pin"]),
+        (VOCABULARY, VOCABULARY),
     ),
 }
 
@@ -89,8 +93,8 @@ class RetrievalMix:
     def __post_init__(self) -> None:
         if self.template not in TEMPLATES:
             raise ValueError(f"retrieval_mix.template must be one of {', '.join(TEMPLATES)}, got {self.template!r}")
-        keys = math.prod(len(words) for words in TEMPLATES[self.template][2])
-        if self.facts > keys:
+        keys = math.prod(len(words) for words in TEMPLATES[self.template][2] if words != VOCABULARY)
+        if VOCABULARY not in TEMPLATES[self.template][2] and self.facts > keys:
             raise ValueError(f"retrieval_mix.facts={self.facts}: the {self.template} template has only {keys} keys")
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError(f"retrieval_mix.rate must lie in [0, 1], got {self.rate}")
@@ -113,6 +117,7 @@ class EpisodeWriter:
         self.statistics = {"windows": 0, "drawn": 0, "episodes": 0, "distances": Counter()}
         vocab = tokenizer.get_vocab()
         self._digit_tokens = np.asarray(sorted(i for t, i in vocab.items() if any(c.isdigit() for c in t)), np.int64)
+        self.key_words = [vocabulary_words(vocab) if w == VOCABULARY else w for w in TEMPLATES[mix.template][2]]
         longest = self.episode(random.Random(0), longest=True)[0]
         if len(longest) > seq_len:
             raise ValueError(
@@ -130,10 +135,10 @@ class EpisodeWriter:
 
     def episode(self, rng: random.Random, gap: int | None = None, longest: bool = False):
         """(template with the gap as zeros, facts tokens, recalls as [(prefix tokens, value tokens)], gap)."""
-        fact, recall, key_words = TEMPLATES[self.mix.template]
+        fact, recall, _ = TEMPLATES[self.mix.template]
         keys: set[str] = set()
         while len(keys) < self.mix.facts:
-            keys.add(" ".join(rng.choice(words) for words in key_words))
+            keys.add(" ".join(rng.choice(words) for words in self.key_words))
         facts, recalls, values = [], [], set()
         for key in sorted(keys):
             value = ""
@@ -189,6 +194,18 @@ class EpisodeWriter:
             distances.append(answer_at - fact_at)
             cursor = answer_at + len(value) + len(self.encode("."))
         return distances
+
+
+def vocabulary_words(vocab: dict[str, int]) -> list[str]:
+    """The lower-case whole words of at least three letters that a byte-level vocabulary holds as one token with its
+    leading space, less every word of the passkey and needle prompts (which stay held out)."""
+    from blindheads.evaluation import prompts  # here: the evaluation package imports this module
+
+    held_out = " ".join(v for k, v in vars(prompts).items() if k.isupper() and isinstance(v, str))
+    held_out += " " + " ".join(word for words in prompts.NEEDLE_KEY_WORDS for word in words)
+    excluded = set(re.findall(r"[a-z]+", held_out.lower()))
+    words = {t[1:] for t in vocab if t.startswith("\u0120") and t[1:].isalpha() and t[1:].islower() and len(t) > 3}
+    return sorted(words - excluded)
 
 
 def find(haystack: list[int], needle: list[int]) -> int:
