@@ -145,23 +145,26 @@ def summarize(out: Path, data: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR, blind: int = BLIND) -> None:
-    """Recall near and far, the far weight and learnable slopes over training: a line per condition (mean over
-    seeds); conditions whose recall curves are identical share one line, named together. Exactly-zero weights sit on
-    their own row below the log axis, labelled 0."""
+    """Recall near and far, the far weight and learnable slopes over training: recall a line per condition and seed
+    (seeds can differ by all or nothing, which a mean would hide), conditions whose recall curves are identical one
+    line, named together. Exactly-zero weights sit on their own row below the log axis, labelled 0."""
     figure = Figure(figsize=(11, 7))
     (near, far), (weight, slopes) = figure.subplots(2, 2)
     floor, always_zero = 1e-46, []  # below the smallest float32 subnormal (1.4e-45)
     colors = {name: f"C{i}" for i, name in enumerate(dict.fromkeys(data["condition"]))}  # the same in every panel
-    recall = {}  # (near curve, far curve) -> the conditions that have it
+    recall = {}  # (near curves, far curves), a column per seed -> the conditions that have them
     for name, frame in data.groupby("condition", sort=False):
         curves = tuple(
-            frame[frame["tag"] == f"recall/gap{gap}/exact"].groupby("step")["value"].mean()
+            frame[frame["tag"] == f"recall/gap{gap}/exact"].pivot_table(index="step", columns="seed", values="value")
             for gap in (near_gap, far_gap)
         )
-        recall.setdefault(tuple(tuple(c.items()) for c in curves), (curves, []))[1].append(name)
+        recall.setdefault(tuple(c.to_csv() for c in curves), (curves, []))[1].append(name)
+    styles = ["-", "--", ":", "-."]
     for curves, names in recall.values():
-        for axis, curve in zip((near, far), curves):
-            axis.plot(curve.index, curve.to_numpy(), marker="o", label=" = ".join(names), color=colors[names[0]])
+        for axis, table in zip((near, far), curves):
+            for i, seed in enumerate(table.columns):
+                axis.plot(table.index, table[seed].to_numpy(), marker="o", linestyle=styles[i % len(styles)],
+                          color=colors[names[0]], label=" = ".join(names) if i == 0 else None)  # fmt: skip
     for name, frame in data.groupby("condition", sort=False):
         weights = frame[frame["tag"].str.match(rf"^recall/gap{far_gap}/weight/")]
         top = weights.groupby("step")["value"].max()
@@ -173,7 +176,8 @@ def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR
         for head, curve in frame[frame["tag"].str.startswith("recall/slope/")].groupby("tag"):
             mean = curve.groupby("step")["value"].mean()
             slopes.plot(mean.index, mean.to_numpy(), label=head.rsplit("/", 1)[-1])
-    near.set_title(f"exact recall, gap {near_gap} (visible to every head)")
+    seeds = ", ".join(f"{style} seed {seed}" for style, seed in zip(styles, sorted(data["seed"].unique())))
+    near.set_title(f"exact recall, gap {near_gap} (visible to every head)\n{seeds}", fontsize="medium")
     far.set_title(f"exact recall, gap {far_gap} (beyond every path when blind)")
     for axis in (near, far):
         axis.set_ylim(-0.02, 1.02)
