@@ -188,3 +188,9 @@ def test_quiz_keys_are_vocabulary_words_that_no_evaluation_prompt_uses(cache_dir
     assert writer.key_words == [writer.key_words[0]] * 2 and len(words) > 20
     keys = {tokenizer.decode(writer.episode(random.Random(seed))[1]).split(" is ")[0] for seed in range(50)}
     assert len(keys) > 40 and all(set(key.split()[1:]) <= words for key in keys), sorted(keys)[:5]
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    word_level = Tokenizer(WordLevel({"plum": 0, "[UNK]": 1}, unk_token="[UNK]"))  # no byte-level whole words
+    with pytest.raises(ValueError, match="the quiz template keys episodes with whole-word tokens"):
+        EpisodeWriter(RetrievalMix(facts=1, max_gap=16, template="quiz"), word_level, 128)

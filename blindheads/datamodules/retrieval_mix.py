@@ -85,7 +85,7 @@ class RetrievalMix:
     max_gap: int = 160
     value_digits: tuple[int, int] = (3, 6)  # values of 3 to 6 digits (passkey uses 5, needle 7)
     seed: int = 0
-    template: str = "sentence"  # "short": one-word keys, ``key = value.``; "quiz": the passkey task's shape
+    template: str = "sentence"  # "short"/"assign": one-word keys, ``key = value.``; "quiz": the passkey task's shape
     # False: the text's tokens that hold a digit are dropped, so a fact's value is the only number around it and a
     # head that sees it can recall it without matching its key (the conjecture isolates seeing from matching)
     filler_digits: bool = True
@@ -93,8 +93,8 @@ class RetrievalMix:
     def __post_init__(self) -> None:
         if self.template not in TEMPLATES:
             raise ValueError(f"retrieval_mix.template must be one of {', '.join(TEMPLATES)}, got {self.template!r}")
-        keys = math.prod(len(words) for words in TEMPLATES[self.template][2] if words != VOCABULARY)
-        if VOCABULARY not in TEMPLATES[self.template][2] and self.facts > keys:
+        lists = TEMPLATES[self.template][2]  # vocabulary keys are counted by EpisodeWriter, which has the tokenizer
+        if VOCABULARY not in lists and self.facts > (keys := math.prod(map(len, lists))):
             raise ValueError(f"retrieval_mix.facts={self.facts}: the {self.template} template has only {keys} keys")
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError(f"retrieval_mix.rate must lie in [0, 1], got {self.rate}")
@@ -116,8 +116,14 @@ class EpisodeWriter:
         # in this process: window slots the documents covered, episodes drawn and inserted, recall distances
         self.statistics = {"windows": 0, "drawn": 0, "episodes": 0, "distances": Counter()}
         vocab = tokenizer.get_vocab()
-        self._digit_tokens = np.asarray(sorted(i for t, i in vocab.items() if any(c.isdigit() for c in t)), np.int64)
+        digits = [] if mix.filler_digits else [i for t, i in vocab.items() if any(c.isdigit() for c in t)]
+        self._digit_tokens = np.asarray(sorted(digits), dtype=np.int64)
         self.key_words = [vocabulary_words(vocab) if w == VOCABULARY else w for w in TEMPLATES[mix.template][2]]
+        if not all(self.key_words):
+            raise ValueError(
+                f"the {mix.template} template keys episodes with whole-word tokens of a byte-level vocabulary "
+                "(a leading \u0120 and at least three lower-case letters); this tokenizer has none"
+            )
         longest = self.episode(random.Random(0), longest=True)[0]
         if len(longest) > seq_len:
             raise ValueError(
@@ -136,6 +142,7 @@ class EpisodeWriter:
     def episode(self, rng: random.Random, gap: int | None = None, longest: bool = False):
         """(template with the gap as zeros, facts tokens, recalls as [(prefix tokens, value tokens)], gap)."""
         fact, recall, _ = TEMPLATES[self.mix.template]
+        lead = " " if " {value}" in fact else ""  # a recalled value's text as the fact states it
         keys: set[str] = set()
         while len(keys) < self.mix.facts:
             keys.add(" ".join(rng.choice(words) for words in self.key_words))
@@ -147,7 +154,6 @@ class EpisodeWriter:
                 value = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
             values.add(value)
             facts += self.encode(fact.format(key=key, value=value))
-            lead = " " if " {value}" in fact else ""  # the value's text as the fact states it
             recalls.append((self.encode(recall.format(key=key)), self.encode(f"{lead}{value}")))
         rng.shuffle(recalls)
         low, high = math.log(self.mix.min_gap), math.log(self.mix.max_gap)
