@@ -4,7 +4,14 @@ paragraphs and show defaults, and a mistake costs two lines (the error, then whe
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+
+CLASS_PATH_ERRORS = (  # the option; a class path that failed, and why; or one that is not of the type expected
+    r'Parser key "([^"]+)"',
+    r"Problem with given class_path '([^']+)':\s*\n\s*(\S.*)",
+    r"Expected a path but (\S+) either(?s:.*?)Import path does not correspond to (a subclass of \w+)",
+)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -24,3 +31,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         sys.stderr.write(f"{self.prog}: error: {message}\nsee: {self.prog} --help\n")
         sys.exit(2)
+
+
+def class_path_error(message: str) -> str | None:
+    """jsonargparse's error for a class path that names no class of the type expected lists every type it tried (a
+    dozen lines): the option, the class path and why, in one line; ``None`` for any other error."""
+    key, problem, path = (re.search(pattern, message) for pattern in CLASS_PATH_ERRORS)
+    if not key or not (problem or path):
+        return None
+    named, wrong = (problem[1], problem[2]) if problem else (path[1], f"not {path[2]}")
+    return f"{key[1]}: class_path {named}: {wrong}"

@@ -28,6 +28,26 @@ PRECISION_DTYPES = {  # a Lightning trainer precision -> the dtype attention com
 }  # fmt: skip
 
 
+def check_trainer_precision(requested: str, used: str, dtype: str) -> None:
+    """The precision the trainer uses must compute attention in the model's ``dtype`` (its slopes, clamp floor and
+    blindness predictions assume it). ``used`` is the trainer's, not the one asked for: Lightning substitutes some
+    (``16-mixed`` on a CPU runs as ``bf16-mixed``, with only a log line)."""
+    computes = PRECISION_DTYPES.get(used)
+    if computes is None or computes == dtype:
+        return
+    if PRECISION_DTYPES.get(requested) == computes:  # as asked (``32`` is ``32-true``)
+        raise ValueError(
+            f"--trainer.precision {requested} computes attention in {computes}, but --model.decoder.dtype is {dtype} (its "
+            f"slopes, clamp floor and blindness predictions assume it): set --model.decoder.dtype {computes}, or a "
+            f"precision that computes in {dtype}"
+        )
+    raise ValueError(
+        f"--trainer.precision {requested} runs as {used} on this accelerator (Lightning substitutes it), which "
+        f"computes attention in {computes}, but --model.decoder.dtype is {dtype}: set --trainer.precision {used} and "
+        f"--model.decoder.dtype {computes}, or run {requested} where it is supported (a GPU)"
+    )
+
+
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """A supported floating dtype from its name (``"bfloat16"``) or itself."""
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
@@ -41,6 +61,13 @@ def check_threshold(threshold: str) -> str:
     if threshold not in THRESHOLDS:
         raise ValueError(f"unknown threshold mode {threshold!r}; valid: {', '.join(THRESHOLDS)}")
     return threshold
+
+
+def apply_threshold(threshold: str) -> None:
+    """``normal``: the CPU flushes subnormals, as fused GPU kernels do (and CPU arithmetic on them, which ALiBi's
+    softmax is full of, is slow); ``subnormal``: it keeps them. Threads inherit the flag from the one that starts
+    them, so it is set before the model or any worker exists."""
+    torch.set_flush_denormal(threshold == "normal")
 
 
 def tau(dtype: str | torch.dtype, threshold: str = "normal") -> float:

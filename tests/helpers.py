@@ -92,6 +92,18 @@ class SignalAtStep(L.Callback):
             os.killpg(os.getpgid(0), self.signum)
 
 
+class SignalInSanityCheck(L.Callback):
+    """Sends ``signum`` to the whole process group during the sanity check (validation before the first step), once."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum, self.sent = signum, False
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.sanity_checking and not self.sent:
+            self.sent = True
+            os.killpg(os.getpgid(0), self.signum)
+
+
 class DiskFullAtStep(L.Callback):
     """From step ``step`` on, writing ``last.ckpt`` fails as on a full disk: its staging file is made a link to
     ``/dev/full`` (every write there fails with ENOSPC). Checkpoint callbacks run after this one."""

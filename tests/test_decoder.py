@@ -96,7 +96,7 @@ def test_every_spec_form_builds_the_same_stack(position):
 @pytest.mark.parametrize(
     "position, message",
     [
-        ("alibi+bogus", "unknown position component 'bogus'; valid: nope, rope, alibi"),
+        ("alibi+bogus", "unknown position component 'bogus'; valid: alibi, clamp, fire"),
         ("alibi(slopes=[1.0])", "1 slopes for 4 heads"),
         ("soft_cap(where=middle)", "where='middle' is not one of"),
         ("soft_cap(-1)", "cap must be positive"),
@@ -139,8 +139,9 @@ def test_unknown_preset():
 def test_load_decoder_config_from_training_layout(tmp_path):
     path = tmp_path / "model.yaml"
     path.write_text("model:\n  decoder:\n    size: tiny\n    position: alibi(safe)+clamp\n    num_heads: 8\n")
-    config = load_decoder_config(path)  # the size's shape replaces shape fields, as in the training configs
-    assert (config.num_heads, config.hidden_size, config.position) == (4, 64, "alibi(safe)+clamp")
+    config = load_decoder_config(path)  # the size fills the shape fields not given; a value given wins
+    assert (config.num_heads, config.num_kv_heads, config.hidden_size) == (8, 8, 64)
+    assert config.position == "alibi(safe)+clamp"
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_decoder_config(tmp_path / "missing.yaml")
 

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
+import lightning as L
 import pandas as pd
 import pytest
-from training_runs import REPO, refusal
+from training_runs import REPO, refusal, run_cli
 
 from blindheads.cli import main
 from blindheads.cli.lightning import build_cli
-from blindheads.experiments import grid
-from blindheads.experiments.runner import configs
+from blindheads.experiments import conjecture, grid
+from blindheads.experiments.runner import configs, resume_option
 from blindheads.experiments.setups import position_of, position_setups, setup_files, setup_names
 from blindheads.experiments.summary import run_rows, write_summary
+from blindheads.locks import RUN_LOCK
 
 
 @pytest.mark.slow
@@ -45,7 +49,9 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     assert results["seeds"] == [0] and results["versions"]["torch"] and len(results["runs"]) == 2
     assert {r["setup"]: r["global_step"] for r in results["runs"]} == {"alibi": 3, "nope": 3}
 
-    (tmp_path / "runs/nope/seed0/results.json").unlink()  # as if killed before nope's test ended
+    assert json.loads((tmp_path / "runs/alibi/seed0/done.json").read_text()) == results["runs"][0]
+    for marker in ("done.json", "results.json"):  # as if killed before nope's test ended
+        (tmp_path / f"runs/nope/seed0/{marker}").unlink()
     fit_log = tmp_path / "runs/alibi/seed0.fit.log"
     before = fit_log.stat().st_mtime_ns
     capsys.readouterr()
@@ -53,23 +59,33 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     assert fit_log.stat().st_mtime_ns == before, "a finished run is not run again"
     printed = capsys.readouterr().out
     assert "nope seed 0: done" in printed and "alibi seed 0: done" not in printed
-    assert "resuming from" in (tmp_path / "runs/nope/seed0.fit.log").read_text()
+    rerun_log = (tmp_path / "runs/nope/seed0.fit.log").read_text()
+    assert "resuming from" in rerun_log and rerun_log.count("--- blindheads fit, started") == 2, "appended to"
 
     changed = refusal([*command[: -len(shrink)], *shrink[:3], "4", *shrink[4:]])  # --trainer.max_steps 4
     assert "was made with other options (then --trainer.max_steps 3; now --trainer.max_steps 4)" in changed
 
 
-def test_unknown_setups_are_refused_with_the_choices(capsys):
-    with pytest.raises(SystemExit):
-        grid.parse_args(["--setups", "alibi", "bogus"])
-    assert "unknown setups ['bogus']; valid: alibi, alibi_learnable, clamp" in capsys.readouterr().err
+def test_unknown_setups_are_refused_with_the_choices_from_any_folder(tmp_path, monkeypatch):
+    """Started from another folder, the drivers find the repository's configs (they once listed no valid setup)."""
+    monkeypatch.chdir(tmp_path)
+    line = refusal(["grid", "--setups", "alibi", "bogus"])
+    assert line.startswith("blindheads grid: error: unknown setups ['bogus']; valid: alibi, alibi_learnable, clamp")
+    args = grid.parse_args(["--setups", "sliding_window"])
+    assert args.config == [str(REPO / "configs/experiments/laptop.yaml")]
+    assert setup_files("sliding_window", args.config) == [
+        str(REPO / f"configs/{name}.yaml")
+        for name in ("experiments/laptop", "position/sliding_window", "experiments/laptop/sliding_window")
+    ]
+    files = conjecture.condition_files("zero", conjecture.parse_args([]))
+    assert files[-1] == str(REPO / "configs/experiments/conjecture/zero.yaml") and all(map(os.path.isfile, files))
 
 
 def test_every_setup_is_one_config_file_and_the_laptop_overlay_adapts_it(cache_dir):
     """The grid knows a setup only by its file in configs/position/; each builds the model its spec says, and
     laptop.yaml's overlay makes the sliding window 128 tokens."""
     laptop = ["configs/experiments/laptop.yaml"]
-    assert set(grid.PAPER_SETUPS) <= set(setup_names()) and len(setup_names()) == 18
+    assert set(grid.PAPER_SETUPS) <= set(setup_names()) and len(setup_names()) == 22
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
         for name, spec in position_setups().items():
@@ -98,8 +114,9 @@ def test_the_conjecture_command_measures_exact_zeros_under_blindness(cache_dir, 
     assert nope["far_weights_exactly_zero"] == 0 and nope["far_weight_max"] > 0 and nope["far_unreachable"] == 0
     assert zero["distance_far"] > 226 and zero["distance_near"] < 10  # beyond even the subnormal edge
     assert (out / "conjecture.png").stat().st_size > 0
-    rows = json.loads((out / "results.json").read_text())["summary"]
-    assert [(r["condition"], r["seed"]) for r in rows] == [("zero", 0), ("nope", 0)]
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["condition"], r["seed"]) for r in results["summary"]] == [("zero", 0), ("nope", 0)]
+    assert json.loads((tmp_path / "runs/zero/seed0/done.json").read_text()) == results["runs"][0]
 
 
 def test_an_overlay_config_replaces_only_what_it_names(cache_dir, tmp_path):
@@ -162,7 +179,8 @@ def test_recall_by_distance_becomes_a_tidy_table_a_markdown_grid_and_a_figure(tm
     write_summary(tmp_path, records, command="blindheads grid", wall_s=1.0)
     table = pd.read_csv(tmp_path / "recall_by_distance.csv")
     assert list(table.columns) == ["setup", "seed", "factor", "distance", "window", "exact", "blind_share",
-                                   "unreachable_share", "failed_blind", "failed_reachable"]  # fmt: skip
+                                   "unreachable_share", "failed_blind", "failed_reachable", "baseline",
+                                   "constant_answer", "length"]  # fmt: skip
     assert len(table) == 6 and set(table["window"]) == {64} and set(table["distance"]) == {32, 512}
     robust_far = table[(table["setup"] == "robust") & (table["factor"] == 8)].iloc[0]
     assert robust_far["failed_blind"] == 1 and robust_far["failed_reachable"] == 0
@@ -171,3 +189,33 @@ def test_recall_by_distance_becomes_a_tidy_table_a_markdown_grid_and_a_figure(tm
     assert "| alibi | 2 | 0.95 ± 0.05 (0.00) | 0.50 ± 0.25 (0.00) |" in text
     assert (tmp_path / "recall_by_distance.png").stat().st_size > 0
     assert "passkey_auc_in" not in (tmp_path / "summary.md").read_text(), "a column no run measured is left out"
+
+
+class CtrlCTheDriver(L.Callback):
+    """After the fit's first step, SIGINT to its parent's process group: a terminal's Ctrl-C to the grid driver."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == 1:
+            os.killpg(os.getpgid(os.getppid()), signal.SIGINT)
+
+
+@pytest.mark.slow
+def test_an_interrupted_grid_stops_its_runs_saved_in_one_line(cache_dir, tmp_path):
+    """Ctrl-C to the driver's process group reaches the fit (in its own group) once, through the driver, which
+    waits for it to save last.ckpt and exits in one line with 130, leaving no process behind (SIGTERM, a
+    scheduler's pre-emption, takes the same path with 143); the same command resumes from last.ckpt."""
+    runs = tmp_path / "runs"
+    command = ["grid", "--config", *(str(REPO / f"configs/experiments/{n}.yaml") for n in ("laptop", "dense_recall")),
+               "--setups", "alibi", "--seeds", "0", "--parallel", "1", "--runs", str(runs), "--",
+               "--data.cache_dir", str(cache_dir), "--data.batch_size", "2", "--data.val_windows", "2",
+               f"--trainer.callbacks+={__name__}.CtrlCTheDriver"]  # fmt: skip
+    stopped = run_cli(command, timeout=300)
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    line = "blindheads grid: interrupted: 1 runs saved; rerun the same command to continue"
+    assert stopped.stderr.strip() == line, stopped.stderr[-3000:]
+    run_dir = runs / "alibi/seed0"
+    log = (runs / "alibi/seed0.fit.log").read_text()
+    assert "blindheads: SIGINT at step" in log and "Traceback" not in log, "reached the fit once, so it saved"
+    assert not (run_dir / RUN_LOCK).exists(), "the fit ended before the driver did"
+    assert resume_option(run_dir) == ["--ckpt_path", "last"]
+    assert [p.name for p in (tmp_path / "runs-summary").iterdir()] == ["options.json"], "no summary of half runs"

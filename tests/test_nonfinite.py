@@ -7,6 +7,8 @@ import torch
 from helpers import PoisonGradientAtStep, builtin_data, cpu_trainer, tiny_lm
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from blindheads.checkpoints import read_checkpoint
+
 
 def fit(cache_dir, tmp_path, callbacks, **decoder):
     data = builtin_data(cache_dir, seq_len=32, batch_size=4, val_windows=4)
@@ -28,7 +30,7 @@ def test_a_non_finite_gradient_is_skipped_on_the_device_and_reported(cache_dir, 
     assert torch.isfinite(model.decoder.embed.weight).all()
     written = sorted(p.name for p in tmp_path.glob("*.ckpt"))
     assert "epoch=0-step=3.ckpt" in written and "epoch=0-step=4.ckpt" not in written, written
-    saved = torch.load(tmp_path / "epoch=0-step=3.ckpt", weights_only=False)["state_dict"]
+    saved = read_checkpoint(tmp_path / "epoch=0-step=3.ckpt")["state_dict"]
     assert all(torch.equal(saved[k], v) for k, v in poison.before.items())
 
 
@@ -50,7 +52,7 @@ def test_a_model_that_starts_non_finite_never_checkpoints_nan(cache_dir, tmp_pat
     _, message = fit(cache_dir, tmp_path, [NonFiniteFromTheStart()])
     assert "non-finite" in message
     for path in tmp_path.glob("*.ckpt"):
-        state = torch.load(path, weights_only=False)["state_dict"]
+        state = read_checkpoint(path)["state_dict"]
         assert all(torch.isfinite(t).all() for t in state.values()), path.name
 
 

@@ -81,12 +81,22 @@ def test_training_runs_notebook_compares_experiments(trained_run, tmp_path, cach
     results.mkdir(parents=True)
     (results / "summary.md").write_text("| setup | seeds |\n|---|---|\n| alibi | 2 |\n")
     Figure(figsize=(1, 1)).savefig(results / "retrieval_auc.png")
+    recall = tmp_path / "results" / "recall_by_distance"  # a record with no summary.md, as the grid can write one
+    recall.mkdir()
+    (recall / "recall_by_distance.md").write_text("| setup | 8x (512) |\n|---|---|\n| alibi | 0.30 |\n")
+    Figure(figsize=(1, 1)).savefig(recall / "recall_by_distance.png")
+    (tmp_path / "results" / "mine").mkdir()  # a folder of a kind the notebook does not know: named with its files
+    (tmp_path / "results" / "mine" / "notes.csv").write_text("a,b\n1,2\n")
     parameters = {"runs_dir": str(runs), "results_dir": str(tmp_path / "results"), "output_dir": str(tmp_path / "out")}
     book = execute("03_training_runs.ipynb", parameters, tmp_path)
     outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
-    assert any("| alibi | 2 |" in o.get("data", {}).get("text/markdown", "") for o in outputs)
-    assert any("image/png" in o.get("data", {}) for o in outputs)
-    assert any("no " in o.get("text", "") and "conjecture/summary.md" in o.get("text", "") for o in outputs)
+    markdown = [o.get("data", {}).get("text/markdown", "") for o in outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert any("| alibi | 2 |" in m for m in markdown) and any("| alibi | 0.30 |" in m for m in markdown)
+    assert [m for m in markdown if m.startswith("### ")] == ["### laptop", "### mine", "### recall_by_distance"]
+    (committed,) = [c for c in book.cells if "COMMANDS" in c.source]
+    assert sum("image/png" in o.get("data", {}) for o in committed.outputs) == 2  # both folders' figures
+    assert "no " in text and "conjecture/summary.md" in text and "mine/ also holds: notes.csv" in text
     table = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index("experiment")
     assert sorted(table.index) == ["alibi", "nope"]
     assert (table["step"] == 20).all() and table["val_loss"].between(0, 20).all()
@@ -105,7 +115,24 @@ def test_the_demos_printed_commands_work_as_printed(monkeypatch):
     assert printed and all("$(VENV)/bin/" in line for line in printed if "activate" in line)
     monkeypatch.chdir(REPO)
     (line,) = [line for line in run_report({}, "runs/demo") if line.startswith("TensorBoard")]
-    assert line == f"TensorBoard: {Path(sys.executable).parent.relative_to(REPO)}/tensorboard --logdir runs/demo"
+    command = line.removeprefix("TensorBoard: ").removesuffix(" --logdir runs/demo")
+    # relative to the checkout where the venv is inside it, absolute where it lives elsewhere
+    assert (REPO / command).resolve() == (Path(sys.executable).parent / "tensorboard").resolve(), line
+
+
+def test_the_report_says_why_measured_blind_distances_pass_the_predictions():
+    """The tiny run's head 0 at 512 tokens: blind from 353-355 tokens in its weights, predicted 343.3 (materialized)
+    and 349.3 (fused) from the bias alone; with q = 0 the two agree (test_evaluation's monitor test)."""
+    from blindheads.evaluation.report import run_report
+
+    measured = {"test/blind_distance/layer0/head0": 355.0, "test/blind_distance/layer1/head0": 353.0}
+    predicted = {"test/blind_distance_predicted/materialized/head0": 343.3,
+                 "test/blind_distance_predicted/fused/head0": 349.3}  # fmt: skip
+    lines = run_report({**measured, **predicted})
+    assert "  head 0: 353-355 / 343.3" in lines
+    (why,) = [line for line in lines if "q.k" in line]
+    assert "q.k included" in why and "the bias alone" in why
+    assert not any("q.k" in line for line in run_report(predicted)), "no measurement, nothing to explain"
 
 
 def test_notebook_paths_are_the_repositorys_wherever_jupyter_starts(tmp_path, monkeypatch):

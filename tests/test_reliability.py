@@ -6,7 +6,7 @@ import re
 import signal
 
 import pytest
-from training_runs import refusal, run_cli, scalars, tiny_run_args
+from training_runs import CHECKPOINT_EVERY_5_STEPS, copy_run, refusal, run_cli, scalars, tiny_run_args
 
 EXTRA = {"--data.num_workers": "1", "--trainer.logger.init_args.version": "run"}  # a worker: its state is saved too
 
@@ -77,25 +77,81 @@ def test_an_evaluation_length_the_prompts_cannot_take_is_refused_before_training
     assert not (tmp_path / "alibi").exists(), "a run refused before its first step leaves no run directory"
 
 
-def layout_charts(run_dir) -> dict[str, list[str]]:
-    """The custom-scalars layout in a run's event files: category -> chart titles."""
+def layout_charts(run_dir) -> dict[str, dict[str, list[str]]]:
+    """The custom-scalars layout a run's newest event file holds: category -> chart title -> tag regexes."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
-    events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    newest = sorted(run_dir.glob("events.out.tfevents.*"), key=lambda p: int(p.name.split(".")[3]))[-1]
+    events = EventAccumulator(str(newest), size_guidance={"tensors": 0})
     events.Reload()
     (stored,) = events.Tensors(metadata.CONFIG_SUMMARY_TAG)
     parsed = layout_pb2.Layout()
     parsed.ParseFromString(stored.tensor_proto.string_val[0])
-    return {category.title: [chart.title for chart in category.chart] for category in parsed.category}
+    return {
+        category.title: {chart.title: list(chart.multiline.tag) for chart in category.chart}
+        for category in parsed.category
+    }
 
 
-def test_a_run_opens_tensorboard_with_its_layout(trained_run):
-    """The tiny model (2 layers, 4 heads): a chart per layer of underflow, one per head of blind distance."""
-    charts = layout_charts(trained_run)
-    assert charts["underflow: share of weights exactly zero, per layer"] == ["layer 0", "layer 1"]
-    assert charts["blind distance: measured (every layer) against predicted"] == [f"head {h}" for h in range(4)]
-    assert "exact" in charts["recall by distance"]
+def assert_every_chart_draws_a_tag(run_dir) -> dict[str, dict[str, list[str]]]:
+    """TensorBoard matches a chart's regexes from the start of each tag; one that matches none is an empty chart."""
+    from blindheads.analysis.runs import scalars as all_scalars
+
+    tags = set(all_scalars(run_dir)["tag"])
+    charts = layout_charts(run_dir)
+    empty = [
+        f"{category} / {title}"
+        for category, titled in charts.items()
+        for title, patterns in titled.items()
+        if not any(re.match("|".join(f"({p})" for p in patterns), tag) for tag in tags)
+    ]
+    assert not empty, f"charts drawing no tag: {empty}"
+    return charts
+
+
+def test_a_run_opens_tensorboard_with_charts_of_the_tags_it_writes(trained_run):
+    """The tiny model (2 layers, 4 heads, 64-token windows, underflow at 1x and 4x): underflow per layer at 256
+    tokens, where no head is blind yet (predicted from 343 tokens on), so blind distances are predictions only."""
+    charts = assert_every_chart_draws_a_tag(trained_run)
+    underflow = "underflow at 256 tokens (4x): share of weights exactly zero, per layer"
+    assert list(charts[underflow]) == ["layer 0", "layer 1", "mean over layers and heads, by length"]
+    (distances,) = [titled for category, titled in charts.items() if category.startswith("blind distance")]
+    assert list(distances) == ["heads 0, 1, 2, 3: predicted (beyond 256 tokens)"]
+    assert "recall by distance" not in charts  # the run has no EpisodeRecall
+    assert list(charts["retrieval"]) == [
+        "passkey, exact by length and depth",
+        "needle, exact by length and depth",
+        "AUC in and beyond the training length",
+    ]
+
+
+def test_a_head_blind_at_the_longest_length_gets_measured_and_predicted_charts(trained_run, cache_dir, tmp_path):
+    """``test`` at 8x (512 tokens), where head 0 (slope 1/4) goes blind: its measured blind distance and its
+    predictions are separate charts (TensorBoard gives every line of one run one colour), and recall by distance
+    draws the points EpisodeRecall writes."""
+    from blindheads.cli import main
+
+    run_dir = copy_run(trained_run, tmp_path)
+    args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"})
+    (tmp_path / "checkpoints.yaml").write_text(CHECKPOINT_EVERY_5_STEPS + """
+    - class_path: blindheads.callbacks.underflow.UnderflowMonitor
+      init_args: {length_factors: [1.0, 8.0]}
+    - class_path: blindheads.callbacks.episode_recall.EpisodeRecall
+      init_args: {gaps: [], distances: [0.5, 2.0], samples: 2}
+data:
+  retrieval_mix: {facts: 1, value_digits: [1, 1], max_gap: 16}  # episodes that fit the 64-token window
+""")  # fmt: skip
+    main(["test", *args, "--ckpt_path", "last"])
+    charts = assert_every_chart_draws_a_tag(run_dir)
+    (distances,) = [titled for category, titled in charts.items() if category.startswith("blind distance at 512")]
+    assert list(distances) == [
+        "head 0: measured (each layer)",
+        "head 0: predicted",
+        "heads 1, 2, 3: predicted (beyond 512 tokens)",
+    ]
+    assert list(charts["recall by distance"]) == ["exact", "failed: fact blind", "failed: fact reachable"]
+    assert "layer 1" in charts["underflow at 512 tokens (8x): share of weights exactly zero, per layer"]
 
 
 def test_last_skips_a_newer_checkpoint_that_is_not_whole(tmp_path):
@@ -103,7 +159,7 @@ def test_last_skips_a_newer_checkpoint_that_is_not_whole(tmp_path):
 
     import torch
 
-    from blindheads.cli.checkpoint_files import newest_intact
+    from blindheads.checkpoints import newest_intact
 
     torch.save({"state_dict": {}}, tmp_path / "last.ckpt")
     torch.save({"state_dict": {}}, tmp_path / "epoch=0-step=10.ckpt")
@@ -114,3 +170,19 @@ def test_last_skips_a_newer_checkpoint_that_is_not_whole(tmp_path):
     (tmp_path / "epoch=0-step=10.ckpt").unlink()
     assert newest_intact(tmp_path) == tmp_path / "last.ckpt"
     assert newest_intact(tmp_path / "nothing here") is None
+
+
+def test_the_progress_bar_counts_steps_where_the_run_is_bounded_by_steps(cache_dir, tmp_path, capsys):
+    """``max_steps`` on a stream leaves ``max_epochs`` at -1, which Lightning's default bar showed as ``Epoch 0/-2``.
+    A resumed run (mid-epoch: no epoch starts) counts on from its checkpoint's step."""
+    from blindheads.cli import main
+
+    bar = {"--trainer.limit_val_batches": "0", "--trainer.enable_progress_bar": "true"}
+    args = tiny_run_args(tmp_path, cache_dir, **bar, **{"--trainer.logger.init_args.version": "run"})
+    main(["fit", *args, "--trainer.max_steps", "5"])  # checkpointed at step 5
+    shown = capsys.readouterr().out
+    assert "step:  20%" in shown and " 1/5 [" in shown and "step: 100%" in shown and " 5/5 [" in shown, shown[-2000:]
+    main(["fit", *args, "--trainer.max_steps", "6", "--ckpt_path", "last"])
+    shown += capsys.readouterr().out
+    assert " 5/6 [" in shown and " 6/6 [" in shown, shown[-2000:]
+    assert "Epoch" not in shown

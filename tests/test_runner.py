@@ -1,13 +1,31 @@
-"""Experiment run directories: keyed by their options, refused when asked with others, records written whole."""
+"""Experiment run directories: keyed by their options, refused when asked with others, records written whole; one
+live driver per summary folder, every argument checked before anything runs, a summary replaced whole."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 
 import pytest
+from training_runs import REPO, refusal
 
 from blindheads.experiments import grid
-from blindheads.experiments.runner import RunChanged, claim, identity, read_json, write_json
+from blindheads.experiments.loop import DONE, Run, complete
+from blindheads.experiments.runner import (
+    DRIVER_LOCK,
+    RUN_LOCK,
+    RunChanged,
+    claim,
+    identity,
+    owned,
+    publish,
+    read_json,
+    summary_identity,
+    write_json,
+)
+from blindheads.experiments.setups import setup_files
 
 
 def test_a_run_directory_made_with_other_options_is_refused_naming_the_difference(tmp_path):
@@ -28,9 +46,115 @@ def test_a_run_directory_made_with_other_options_is_refused_naming_the_differenc
 def test_the_grid_refuses_before_running_anything(tmp_path, capsys):
     runs = tmp_path / "runs"
     claim(runs / "nope/seed0", identity(["--old"], []))
-    with pytest.raises(SystemExit, match=r"runs/nope/seed0 was made with other options"):
+    with pytest.raises(RunChanged, match=r"runs/nope/seed0 was made with other options"):
         grid.main(["--setups", "alibi", "nope", "--seeds", "0", "--runs", str(runs), "--out", str(tmp_path / "out")])
     assert not (runs / "alibi/seed0").exists(), "nothing was claimed or started"
+    assert not (tmp_path / "out").exists() and not (runs / DRIVER_LOCK).exists(), "the driver let go of both"
+    (runs / "nope/seed0/options.json").unlink()
+    (runs / "nope/seed0" / RUN_LOCK).write_text(str(os.getppid()))  # a fit an earlier driver left running
+    with pytest.raises(RunChanged, match=rf"runs/nope/seed0 is in use by a live run \(pid {os.getppid()}\)"):
+        grid.main(["--setups", "alibi", "nope", "--seeds", "0", "--runs", str(runs), "--out", str(tmp_path / "out")])
+
+
+def test_one_live_driver_owns_an_out_and_a_dead_ones_lock_is_taken_over(tmp_path, capsys):
+    """Two grids with one --out would mix their summaries: the second is refused, naming the first's PID."""
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    command = ["grid", "--setups", "alibi", "--seeds", "0", "--out", str(out), "--runs", str(runs)]
+    out.mkdir()
+    (out / DRIVER_LOCK).write_text(str(os.getppid()))  # a live process
+    assert refusal(command) == (
+        f"blindheads grid: error: --out {out} is in use by a live driver (pid {os.getppid()}); wait for it to end or "
+        "pass another --out"
+    )
+    assert not runs.exists(), "refused before anything else"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (out / DRIVER_LOCK).write_text(str(dead.pid))
+    claim(runs / "alibi/seed0", identity(["--old"], []))  # stops this grid once it owns its folders
+    assert "alibi/seed0 was made with other options" in refusal(command)
+    assert f"taking over {out} from pid {dead.pid}, which is no longer running" in capsys.readouterr().err
+    assert not (out / DRIVER_LOCK).exists() and not (runs / DRIVER_LOCK).exists()
+
+
+def test_every_argument_is_checked_before_anything_runs(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    runs = tmp_path / "runs"
+    refused = {
+        ("grid", "--seeds", "0", "0"): "--seeds lists 0 more than once; give each once",
+        ("grid", "--setups", "alibi", "nope", "alibi"): "--setups lists alibi more than once; give each once",
+        ("grid", "--seeds", "-1"): "--seeds must be >= 0, got -1",
+        ("grid", "--parallel", "0"): "--parallel must be >= 1, got 0",
+        ("grid", "--config", "missing.yaml"): "missing.yaml not found (looked in ",
+        ("grid", "--out", str(blocker / "out")): f"--out {blocker / 'out'} cannot be written (Not a directory); "
+        "pass another --out",
+        ("grid", "--out", str(runs / "summary")): f"--out {runs / 'summary'} and --runs {runs} overlap",
+        ("conjecture", "--conditions", "zero", "zero"): "--conditions lists zero more than once",
+        ("conjecture", "--steps", "0"): "--steps and --every must be >= 1, got 0",
+        ("conjecture", "--every", "900"): "--every 900 is more than --steps 800: recall would never be measured",
+    }
+    for (program, *options), line in refused.items():
+        assert refusal([program, "--runs", str(runs), "--out", str(tmp_path / "out"), *options]).startswith(
+            f"blindheads {program}: error: {line}"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"], "nothing was written"
+
+
+def test_the_summary_goes_under_runs_by_default_and_committed_results_are_refused(tmp_path):
+    """``blindheads grid`` once wrote into results/laptop: a summary folder holding results without a record of
+    their options (committed ones), or made by a grid with other options, is refused."""
+    assert grid.parse_args(["--runs", "runs/x/"]).out == "runs/x-summary"
+    committed = shutil.copytree(REPO / "results/laptop", tmp_path / "results/laptop")
+    command = ["grid", "--setups", "alibi", "--seeds", "0", "--runs", str(tmp_path / "runs")]
+    assert refusal([*command, "--out", str(committed)]) == (
+        f"blindheads grid: error: {committed} holds files made without a record of their options; remove it or pass "
+        "another --out"
+    )
+    other = tmp_path / "other"
+    before = grid.parse_args([*command[1:], "--out", str(other), "--setups", "nope"])
+    claim(other, summary_identity(before, setup_files("nope", before.config)), "--out")
+    assert f"{other} was made with other options (then --setups nope; now --setups alibi" in refusal(
+        [*command, "--out", str(other)]
+    )
+    assert not (tmp_path / "runs").exists() and sorted(p.name for p in other.iterdir()) == ["options.json"]
+
+
+def test_a_summary_is_replaced_whole_and_a_kill_mid_replace_is_undone(tmp_path, capsys):
+    """A reader sees the old summary or the new one, never tables of one and results.json of the other."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("summary.md", "results.json", "options.json"):
+        (out / name).write_text("old")
+
+    def failed(staging):
+        (staging / "summary.md").write_text("new")
+        raise KeyboardInterrupt  # a failure while writing the tables
+
+    with pytest.raises(KeyboardInterrupt):
+        publish(out, failed)
+    old = dict.fromkeys(("summary.md", "results.json", "options.json"), "old")
+    assert {p.name: p.read_text() for p in out.iterdir()} == old and sorted(os.listdir(tmp_path)) == ["out"]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f".out.partial-{dead.pid}").mkdir()  # what a driver killed while writing left
+
+    def whole(staging):
+        for name in ("summary.md", "results.json"):
+            (staging / name).write_text("new")
+        return "written"
+
+    assert publish(out, whole) == "written"
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        "summary.md": "new",
+        "results.json": "new",
+        "options.json": "old",
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "the killed driver's staging folder is gone"
+
+    out.rename(tmp_path / ".out.previous-99999")  # killed between publish's two renames: no summary at all
+    with owned(out, "grid", "--out"):
+        assert (out / "summary.md").read_text() == "new" and (out / DRIVER_LOCK).read_text() == str(os.getpid())
+    assert "restored" in capsys.readouterr().err and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_records_are_written_whole_and_a_truncated_one_is_named(tmp_path):
@@ -50,3 +174,21 @@ def test_every_results_file_records_the_command_seeds_machine_and_versions():
     record = provenance("blindheads grid --seeds 1 0", 12.345, [1, 0, 1])
     assert record["command"] == "blindheads grid --seeds 1 0" and record["wall_s"] == 12.3 and record["seeds"] == [0, 1]
     assert record["versions"]["torch"] == version("torch") and "CPUs" in record["machine"] and record["date"]
+
+
+def test_a_done_run_is_not_run_again_whichever_marker_recorded_it(tmp_path):
+    """``done.json`` marks a run done; so does the ``results.json`` an older grid left (its only marker then), as
+    in the runs behind results/recall_by_distance/. A run with neither is run."""
+
+    class NoJobs:
+        def launch(self, command, run_dir):
+            raise AssertionError(f"{run_dir} was run again")
+
+    labels = {"setup": "nope", "seed": 0}
+    grid_run, conjecture_run = tmp_path / "grid/nope/seed0", tmp_path / "conjecture/nope/seed0"
+    write_json(grid_run / "results.json", {"setup": "nope", "seed": 0, "global_step": 3, "wall_s": 1.5})
+    write_json(conjecture_run / DONE, {"condition": "nope", "seed": 0, "wall_s": 2.5})
+    assert complete(Run("nope", grid_run, labels, [], [], ("fit", "test")), NoJobs())["global_step"] == 3
+    assert complete(Run("nope", conjecture_run, {"condition": "nope", "seed": 0}, [], []), NoJobs())["wall_s"] == 2.5
+    with pytest.raises(AssertionError, match="was run again"):
+        complete(Run("nope", tmp_path / "fresh", labels, [], []), NoJobs())

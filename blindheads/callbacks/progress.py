@@ -1,10 +1,12 @@
-"""A progress line every few steps, readable in a terminal and in a log file alike (no bar, no carriage returns)."""
+"""Progress by optimizer step: a line every few steps, readable in a terminal and in a log file alike (no bar, no
+carriage returns), and the bar Lightning shows by default counting steps rather than epochs."""
 
 from __future__ import annotations
 
 import time
 
 import lightning as L
+from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 
 
 class ProgressLines(L.Callback):
@@ -34,3 +36,42 @@ class ProgressLines(L.Callback):
         if total:
             parts.append(f"eta {(total - step) * seconds / 60:.1f} min")
         print("  ".join(parts), flush=True)
+
+
+class StepProgressBar(TQDMProgressBar):
+    """Lightning's bar describes training by epochs: a run bounded by ``max_steps`` on a stream has ``max_epochs``
+    -1, which Rich's bar shows as ``Epoch 0/-2``. Under a step budget this one counts optimizer steps, from the
+    step a resumed run starts at: ``step:  40%|####      | 120/300``."""
+
+    def on_train_start(self, trainer, *args) -> None:
+        super().on_train_start(trainer, *args)
+        if trainer.max_steps > 0:  # a run resumed mid-epoch starts no epoch
+            self._count_steps(trainer)
+
+    def on_train_epoch_start(self, trainer, *args) -> None:
+        if trainer.max_steps <= 0:
+            return super().on_train_epoch_start(trainer, *args)
+        self._count_steps(trainer)
+
+    def _count_steps(self, trainer) -> None:
+        bar = self.train_progress_bar
+        bar.set_description("step", refresh=False)
+        bar.reset(total=trainer.max_steps)
+        bar.initial = bar.n = trainer.global_step
+        bar.refresh()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.max_steps <= 0:
+            return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        bar = self.train_progress_bar
+        if not bar.disable and self._should_update(trainer.global_step, trainer.max_steps):
+            bar.n = trainer.global_step
+            bar.set_postfix(self.get_metrics(trainer, pl_module))  # refreshes the bar
+
+
+def count_steps_in_progress_bar(trainer: L.Trainer, configured: list) -> None:
+    """Replaces the bar Lightning adds by default (Rich's where rich is installed, else tqdm's) with
+    ``StepProgressBar``; a progress bar the config names (in ``configured``) is kept."""
+    for index, callback in enumerate(trainer.callbacks):
+        if isinstance(callback, ProgressBar) and not any(callback is given for given in configured):
+            trainer.callbacks[index] = StepProgressBar()

@@ -24,13 +24,14 @@ class UnderflowMonitor(PeriodicEvaluation):
     """On a fixed held-out batch at ``length_factors`` x the training length, runs every layer with the eager
     backend and its softmax in the training precision, and logs per layer x head:
 
-    - ``underflow/layer{l}/head{h}``: share of causal weights exactly zero (at the training length; the mean of
-      every measured length is ``underflow/mean_{f}x``);
+    - ``underflow/layer{l}/head{h}``: share of causal weights exactly zero at the training length, and
+      ``underflow/{f}x/layer{l}/head{h}`` at the longest (where heads go blind); the mean of every measured length
+      is ``underflow/mean_{f}x``;
     - ``blind_distance/layer{l}/head{h}``: the measured blindness distance (longest length; a head the batch never
       saw blind logs nothing), beside the calculator's ``blind_distance_predicted/materialized/head{h}`` (the
       definition of the eager softmax measured here, at the longest length) and
       ``blind_distance_predicted/fused/head{h}`` (what FlexAttention training kernels follow);
-    - images: the layer x head zero-share heatmap and underflow share against distance per head.
+    - images: the layer x head zero-share heatmap and underflow share against distance per head (longest length).
 
     What the zeros do to gradients is ``GradientBlindness``'s. Rank 0 measures and writes while the other ranks
     wait at their next collective, so all stay in step.
@@ -77,12 +78,13 @@ class UnderflowMonitor(PeriodicEvaluation):
         scalars = {}
         for length, layers in self.statistics.items():
             share = torch.stack([s.zero_share for s in layers]).mean()
-            scalars[f"{prefix}underflow/mean_{length / base:g}x"] = float(share)
+            scalars[f"{prefix}underflow/mean_{length_label(length, base)}"] = float(share)
         at_base = self.statistics.get(base) or next(iter(self.statistics.values()))
         longest_length = max(self.statistics)
         longest = self.statistics[longest_length]
         for layer, (stats, far) in enumerate(zip(at_base, longest)):
             per_head(scalars, f"{prefix}underflow/layer{layer}", stats.zero_share)
+            per_head(scalars, f"{prefix}underflow/{length_label(longest_length, base)}/layer{layer}", far.zero_share)
             per_head(scalars, f"{prefix}blind_distance/layer{layer}", far.blind_distance)
         position, threshold = pl_module.decoder.position, pl_module.config.threshold
         predicted = {
@@ -93,8 +95,15 @@ class UnderflowMonitor(PeriodicEvaluation):
             per_head(scalars, f"{prefix}blind_distance_predicted/{softmax}", distances)
         log_scalars(trainer, pl_module, scalars, prefix)
         figures = {
-            f"{prefix}underflow/heatmap": lambda _: zero_share_heatmap(at_base),
+            f"{prefix}underflow/heatmap": lambda _: zero_share_heatmap(
+                longest, f"share of causal weights exactly zero at {longest_length} tokens"
+            ),
             f"{prefix}underflow/by_distance": lambda _: zero_share_by_distance(longest, predicted["materialized"]),
         }
         log_figures(trainer, pl_module, figures)
         return scalars
+
+
+def length_label(length: int, base: int) -> str:
+    """A length as a multiple of the training length, as tags name it: ``8x``, ``1.5x``."""
+    return f"{length / base:g}x"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 from blindheads.cli import blindness
@@ -80,6 +82,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"{given}{USAGE}")
     try:
         COMMANDS[argv[0]](argv[1:])
+    except BrokenPipeError:  # the reader went away (``| head``): nothing more to say, and nothing to flush to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     except (ValueError, FileNotFoundError) as error:  # bad input: the message names the value and the choices
         sys.exit(f"blindheads {argv[0]}: error: {one_line(error)}")
     except Exception as error:  # a full disk, wherever it struck: one line, not a C++ traceback
@@ -94,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
 def one_line(error: BaseException) -> str:
     """The error's own message: one raised in a DataLoader worker arrives wrapped in the worker's traceback."""
     text = str(error)
+    if text.startswith("Call to compute_fn of link") and error.__cause__ is not None:  # jsonargparse's wrapper
+        return one_line(error.__cause__)
     if "Original Traceback" in text:
         last = text.rstrip().splitlines()[-1]
         text = last.split(": ", 1)[1] if last.startswith(f"{type(error).__name__}: ") else last

@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 
+import torch
+
 from blindheads.arguments import Parser
 from blindheads.blindness import SOFTMAXES, BlindnessReport, blindness_report
 from blindheads.modules.config import load_decoder_config
@@ -22,12 +24,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--heads", type=int, help="number of attention heads (default: from --config)")
     parser.add_argument("--context", type=int, help="context length L (default: from --config, else 2048)")
-    parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPES))
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="draws the starting parameters of learned biases (KERPLE, T5 buckets, FIRE), so an answer repeats",
+    )
+    parser.add_argument("--dtype", choices=list(DTYPES), help="default: from --config, else bfloat16")
     parser.add_argument(
         "--threshold",
-        default="normal",
         choices=THRESHOLDS,
-        help="normal: flush-to-zero kernels (fused GPU attention); subnormal: subnormals kept",
+        help="normal: flush-to-zero kernels (fused GPU attention); subnormal: subnormals kept "
+        "(default: from --config, else normal)",
     )
     parser.add_argument(
         "--softmax",
@@ -39,7 +47,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--bias", help="position stack, e.g. 'alibi(wide)+clamp+log_distance' (default: alibi)")
-    source.add_argument("--config", help="a model YAML (decoder fields, at the top or under model.decoder)")
+    source.add_argument(
+        "--config",
+        action="append",
+        help="a model YAML (decoder fields, at the top or under model.decoder); repeat it to stack files as "
+        "blindheads fit does, later ones winning",
+    )
     parser.add_argument(
         "--json",
         action="store_true",
@@ -74,16 +87,32 @@ def format_table(report: BlindnessReport, spec: str) -> str:
     return "\n".join(lines)
 
 
+def settings(args: argparse.Namespace) -> dict:
+    """What the calculator computes for: every value the model config gives (its position stack, heads, context,
+    dtype and threshold), an explicit flag winning over it; without a config, the CLI's defaults."""
+    if args.config:
+        config = load_decoder_config(*args.config)
+        given = {"spec": config.position, "heads": config.num_heads, "context": config.context_length,
+                 "dtype": config.dtype, "threshold": config.threshold}  # fmt: skip
+    else:
+        given = {
+            "spec": args.bias or "alibi",
+            "heads": None,
+            "context": 2048,
+            "dtype": "bfloat16",
+            "threshold": "normal",
+        }
+    flags = {"heads": args.heads, "context": args.context, "dtype": args.dtype, "threshold": args.threshold}
+    return given | {name: value for name, value in flags.items() if value is not None}
+
+
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    if args.config:
-        config = load_decoder_config(args.config)
-        spec, heads, context = config.position, args.heads or config.num_heads, config.context_length
-    else:
-        spec, heads, context = args.bias or "alibi", args.heads, 2048
-    context = context if args.context is None else args.context
-    stack = build_position(spec, heads, context, args.dtype, args.threshold)
-    report = blindness_report(stack, context, args.dtype, args.threshold, args.softmax)
+    run = settings(args)
+    torch.manual_seed(args.seed)
+    stack = build_position(run["spec"], run["heads"], run["context"], run["dtype"], run["threshold"])
+    report = blindness_report(stack, run["context"], run["dtype"], run["threshold"], args.softmax)
+    spec = run["spec"]
     if args.json:
         print(json.dumps(report.to_dict()))
     else:

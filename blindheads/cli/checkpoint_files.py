@@ -1,22 +1,24 @@
-"""Which checkpoint files are whole: what ``--ckpt_path last`` may resume from."""
+"""Which ``last.ckpt`` a resumed run goes on writing (which checkpoint files are whole, and which one
+``--ckpt_path last`` resumes from: ``blindheads.checkpoints``)."""
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
-
-def intact(path: Path) -> bool:
-    """Whether ``path`` is a whole checkpoint file: torch writes a zip archive, whose directory sits at its end."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return bool(archive.namelist())
-    except (OSError, zipfile.BadZipFile):
-        return False
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 
-def newest_intact(directory: Path) -> Path | None:
-    """The most recently written whole checkpoint in ``directory`` (``last.ckpt`` on a tie): what a run resumes from
-    when a later save failed part-way, as on a full disk."""
-    found = [p for p in Path(directory).glob("*.ckpt") if p.is_file() and intact(p)]
-    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt"), default=None)
+class KeepWritingLast(L.Callback):
+    """A resumed fit goes on writing its directory's ``last.ckpt``. ModelCheckpoint forgets which file it wrote
+    last when the checkpoint was saved in another directory (a run copied with ``cp -r``), then writes
+    ``last-v1.ckpt`` beside the ``last.ckpt`` it resumed from, leaving that one stale."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.ckpt_path is None:
+            return
+        for callback in trainer.checkpoint_callbacks:
+            if not isinstance(callback, ModelCheckpoint) or not (callback.save_last and callback.dirpath):
+                continue
+            if Path(callback.last_model_path).parent != Path(callback.dirpath):
+                callback.last_model_path = callback.format_checkpoint_name({}, callback.CHECKPOINT_NAME_LAST)

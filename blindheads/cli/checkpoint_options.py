@@ -1,24 +1,29 @@
 """What a checkpoint's hyperparameters replace: LightningCLI runs ``fit`` resumes, ``validate`` and ``test`` with the
 checkpoint's model options, whatever the command line or config files say. Each replaced option is named: one typed
 on the command line is refused (the user asked for a value the run would not use), one from a config file or a
-default is logged beside the value used."""
+default is logged beside the value used. The precision must follow the checkpoint's ``dtype``, which it keeps."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from blindheads.numerics import PRECISION_DTYPES
+
 Difference = tuple[str, Any, Any]  # option, value given, value the checkpoint imposes
 
 
 def flatten(options: Any, prefix: str) -> dict[str, Any]:
-    """Nested option dicts (and jsonargparse Namespaces) as ``{"model.decoder.dtype": value}``."""
+    """Nested option dicts (and jsonargparse Namespaces) as ``{"model.decoder.dtype": value}``; a list of mappings
+    (callbacks) by position, ``{"trainer.callbacks.0.init_args.every_n_steps": value}``."""
     if hasattr(options, "as_dict"):
         options = options.as_dict()
+    if isinstance(options, list) and options and all(isinstance(item, dict) for item in options):
+        options = dict(enumerate(options))
     if not isinstance(options, dict):
         return {prefix: options}
     flat = {}
     for key, value in options.items():
-        flat.update(flatten(value, f"{prefix}.{key}"))
+        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
     return flat
 
 
@@ -46,3 +51,17 @@ def is_typed(option: str, typed: list[str]) -> bool:
 def describe(difference: Difference) -> str:
     option, given, used = difference
     return f"{option}: {given!r} given, the checkpoint's {used!r} used"
+
+
+def check_precision(precision: Any, dtype: str, ckpt_path: str) -> None:
+    """A run from a checkpoint keeps its ``dtype`` (a model option, refused when typed): only the trainer precision
+    can follow it, so that is the one change to ask for."""
+    precision = str(precision or "32-true")
+    computes = PRECISION_DTYPES.get(precision)
+    if computes is not None and computes != dtype:
+        fitting = ", ".join(name for name, computed in PRECISION_DTYPES.items() if computed == dtype)
+        raise ValueError(
+            f"--trainer.precision {precision} computes attention in {computes}, but the checkpoint {ckpt_path} "
+            f"computes in {dtype} (its model.decoder.dtype, which a run from a checkpoint keeps): give a precision "
+            f"that computes in {dtype} ({fitting})"
+        )

@@ -1,12 +1,16 @@
-"""A full disk ends a run in one line: the file it could not write, the space left there, the checkpoint to resume from."""
+"""A full disk ends a run in one line: the file it could not write, the space left there, the checkpoint to resume from;
+a run folder that cannot be written (full, read-only, a file) is refused before the run, in one line."""
 
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
-from blindheads.cli.checkpoint_files import newest_intact
+from blindheads.checkpoints import newest_intact
+
+LEAST_FREE = 1_000_000  # bytes a run needs to start (its lock, config, first event file): below it, the disk is full
 
 
 def no_space(error: BaseException | None) -> OSError | None:
@@ -26,7 +30,7 @@ class DiskFull(OSError):
 
     def __init__(self, path: str | Path, checkpoints: str | Path | None = None) -> None:
         path = Path(path)
-        existing = next(p for p in path.parents if p.exists())
+        existing = _existing(path.parent)
         free = shutil.disk_usage(existing).free
         resume = newest_intact(Path(checkpoints)) if checkpoints is not None else None
         then = f"the newest intact checkpoint is {resume}; " if resume else ""
@@ -38,6 +42,30 @@ class DiskFull(OSError):
 
     def __str__(self) -> str:
         return self.strerror
+
+
+def check_writable(folder: str | Path, option: str) -> None:
+    """Refuse, before a run starts, a folder it cannot write into, in one line naming it and why: a file in its
+    place, a read-only file system or no permission, or a disk already full (less than ``LEAST_FREE``: a disk that
+    fills later ends the run with ``DiskFull``)."""
+    folder = Path(folder)
+    existing = _existing(folder)
+    why = None
+    if not existing.is_dir():
+        why = f"{existing} is a file, not a folder"
+    elif os.statvfs(existing).f_flag & os.ST_RDONLY:
+        why = f"{existing} is on a read-only file system"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable (permissions)"
+    elif (free := shutil.disk_usage(existing).free) < LEAST_FREE:
+        why = f"no space left on device ({_size(free)} free on {existing})"
+    if why:
+        raise ValueError(f"{option} {folder} cannot be written: {why}")
+
+
+def _existing(path: Path) -> Path:
+    """``path``, or its nearest folder above that exists (``.`` for a relative path with none)."""
+    return next((p for p in (path, *path.parents) if p.exists()), Path("."))
 
 
 def _size(count: int) -> str:

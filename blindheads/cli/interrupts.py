@@ -1,9 +1,12 @@
-"""Ctrl-C and SIGTERM (what SLURM sends before a time limit or a pre-emption) end training at the next step boundary
-with ``last.ckpt`` saved, and the process exits in one line with 128 + the signal's number.
+"""Ctrl-C, SIGTERM (what SLURM sends before a time limit or a pre-emption) and SIGHUP (the terminal was closed) end
+training at the next step boundary with ``last.ckpt`` saved, and the process exits in one line with 128 + the
+signal's number.
 
 Lightning already turns SIGTERM into a stop at the end of the current step (rank 0's signal, broadcast to every
-rank). SIGINT is routed into the same path instead of raising ``KeyboardInterrupt`` wherever the main thread happens
-to be (mid-step, mid-write); a second Ctrl-C interrupts at once. Data-loader workers ignore both signals (the data
+rank). From the sanity check on, SIGINT and SIGHUP are routed into the same path instead of raising
+``KeyboardInterrupt`` or ending the process wherever the main thread happens to be (mid-step, mid-write). Outside
+training (set-up, data preparation) there is no step to save, and a second signal asks not to wait: both stop at
+once (``Interrupted``), in one line, with the same exit status. Data-loader workers ignore these signals (the data
 module's ``worker_init_fn``): the main process shuts them down, so no worker prints a traceback.
 """
 
@@ -11,19 +14,46 @@ from __future__ import annotations
 
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-STOPPED: dict[str, object] = {}  # the signal and the line to print, for the command's exit
+SIGNALS = (signal.SIGINT, signal.SIGHUP)  # routed here; SIGTERM is Lightning's, joined by SaveOnInterrupt
 
 
-def exit_after_interrupt() -> None:
-    """Where ``fit`` stopped on a signal: print what was saved, exit with 128 + the signal's number."""
-    signum = STOPPED.get("signum", signal.SIGTERM)
-    print(STOPPED.get("line", f"blindheads: stopped by {signal.Signals(signum).name}"), file=sys.stderr, flush=True)
+class Interrupted(BaseException):
+    """A signal that stops the command at once (not an ``Exception``: nothing may catch and carry on)."""
+
+    def __init__(self, signum: int, line: str) -> None:
+        super().__init__(line)
+        self.signum, self.line = signum, line
+
+
+def _stop_at_once(signum: int, frame) -> None:
+    name = signal.Signals(signum).name
+    raise Interrupted(signum, f"blindheads: stopped by {name} outside training steps: no step to save")
+
+
+@contextmanager
+def stopping_at_once():
+    """While the command runs, SIGINT and SIGHUP stop it at once in one line (``SaveOnInterrupt`` makes them wait for
+    the step's end while training runs); the previous handlers come back after it."""
+    previous = {signum: signal.signal(signum, _stop_at_once) for signum in SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def exit_after_interrupt(stop: BaseException) -> None:
+    """Where the command stopped on a signal: print what was saved, exit with 128 + the signal's number."""
+    signum = getattr(stop, "signum", signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM)
+    line = getattr(stop, "line", None) or f"blindheads: stopped by {signal.Signals(signum).name}: no step to save"
+    print(line, file=sys.stderr, flush=True)
     sys.exit(128 + int(signum))
 
 
@@ -32,11 +62,22 @@ class SaveOnInterrupt(L.Callback):
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._previous = None
+        self.first_step: int | None = None  # the step this run started from: no newer state before it
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_at_step_end(trainer)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._previous = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, lambda signum, frame: self._stop(trainer, signum))
+        self._stop_at_step_end(trainer)
+
+    def _stop_at_step_end(self, trainer: L.Trainer) -> None:
+        """Lightning's own SIGTERM handler is in place by the sanity check (or the first step, without one), and it
+        restores the previous handlers at teardown."""
+        if self.first_step is not None:
+            return
+        self.first_step = trainer.global_step
+        for signum in SIGNALS:
+            signal.signal(signum, lambda signum, frame: self._stop(trainer, signum))
         terminate = signal.getsignal(signal.SIGTERM)
 
         def on_sigterm(signum, frame) -> None:
@@ -47,26 +88,26 @@ class SaveOnInterrupt(L.Callback):
         signal.signal(signal.SIGTERM, on_sigterm)
 
     def _stop(self, trainer: L.Trainer, signum: int) -> None:
-        if self.signum is not None:  # a second Ctrl-C: stop now
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt
+        name = signal.Signals(signum).name
+        if self.signum is not None:  # a second signal: stop now
+            raise Interrupted(
+                signum, f"blindheads: a second {name} at step {trainer.global_step}: stopped at once, nothing saved"
+            )
         self.signum = signum
         trainer._signal_connector.received_sigterm = True  # Lightning stops at the end of the current step
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        """Saves the stopped step and tells the command's exit what to print (on the exception it re-raises)."""
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
-        signum = self.signum or signal.SIGTERM
-        STOPPED["signum"] = signum
+        exception.signum = self.signum or signal.SIGTERM
+        where = f"blindheads: {signal.Signals(exception.signum).name} at step {trainer.global_step}"
         checkpoint = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
-        where = f"blindheads: {signal.Signals(signum).name} at step {trainer.global_step}"
-        if checkpoint is None or not checkpoint.dirpath:
-            STOPPED["line"] = f"{where}: this run writes no checkpoints, nothing was saved"
-            return
-        path = Path(checkpoint.dirpath) / "last.ckpt"
-        trainer.save_checkpoint(path)
-        STOPPED["line"] = f"{where}: saved {path}; resume with --ckpt_path last"
+        if trainer.global_step == self.first_step:
+            exception.line = f"{where}, before this run's first step: nothing new to save"
+        elif checkpoint is None or not checkpoint.dirpath:
+            exception.line = f"{where}: this run writes no checkpoints, nothing was saved"
+        else:
+            path = Path(checkpoint.dirpath) / "last.ckpt"
+            trainer.save_checkpoint(path)
+            exception.line = f"{where}: saved {path}; resume with --ckpt_path last"

@@ -3,28 +3,34 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 import warnings
 from copy import deepcopy
 from pathlib import Path
 
-import torch
 from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from blindheads.arguments import class_path_error
 from blindheads.callbacks.layout import TensorBoardLayout
+from blindheads.callbacks.progress import count_steps_in_progress_bar
 from blindheads.callbacks.results import ResultsFile
-from blindheads.cli.checkpoint_files import newest_intact
+from blindheads.checkpoints import check_regular_file, newest_intact, recorded_step
+from blindheads.cli.checkpoint_files import KeepWritingLast
 from blindheads.cli.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
-from blindheads.cli.checkpoint_options import describe, is_typed, replaced_options, typed_options
-from blindheads.cli.interrupts import SaveOnInterrupt, exit_after_interrupt
+from blindheads.cli.checkpoint_options import check_precision, describe, is_typed, replaced_options, typed_options
+from blindheads.cli.disk_full import check_writable
+from blindheads.cli.interrupts import Interrupted, SaveOnInterrupt, exit_after_interrupt, stopping_at_once
 from blindheads.cli.rank_watchdog import watch_launcher
+from blindheads.cli.run_config import RunConfig
 from blindheads.cli.run_lock import RunLock
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.modules.config import SHAPE, DecoderConfig
-from blindheads.modules.lm import DecoderLM
-from blindheads.numerics import PRECISION_DTYPES
+from blindheads.modules.lm import DecoderLM, check_options
+from blindheads.numerics import apply_threshold, check_trainer_precision
 
 log = logging.getLogger(__name__)
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0}
@@ -42,48 +48,64 @@ class BlindheadsCLI(LightningCLI):
             "data", "model.decoder.vocab_size", compute_fn=lambda data: data.vocab_size, apply_on="instantiate"
         )
 
-    def before_instantiate_classes(self) -> None:
-        """The numeric regime follows the model's config: its ``dtype`` must be the trainer precision's, and its
-        ``threshold`` sets the CPU's subnormal flag before any model or thread exists. A decoder ``size`` replaces
-        the shape fields in the parsed config itself, so the run's ``config.yaml`` records the shape the model has
-        (``DecoderConfig`` applies it too, for Python users)."""
-        config = self.config[self.subcommand] if self.subcommand else self.config
+    def parse_arguments(self, parser, args) -> None:
+        """What the options mean is settled as soon as they are parsed, before anything reads them (``--ckpt_path
+        last`` looks for the run directory, a checkpoint's options are compared with these): the logger's folders
+        (``_check_run_names``), the optimiser's numbers, and the decoder's shape, filled from its ``size`` where not
+        given, so the run's ``config.yaml`` records the shape the model has."""
+        super().parse_arguments(parser, args)
+        config = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
         _check_run_names(config)
-        decoder = config.get("model", {}).get("decoder")
-        if decoder is None:
-            return
-        precision = str(config.get("trainer", {}).get("precision") or "32-true")
-        computes = PRECISION_DTYPES.get(precision)
-        if computes is not None and computes != decoder.get("dtype"):
-            raise ValueError(
-                f"--trainer.precision {precision} computes attention in {computes}, but --model.decoder.dtype is "
-                f"{decoder.get('dtype')} (its slopes, clamp floor and blindness predictions assume it): set "
-                f"--model.decoder.dtype {computes}, or a precision that computes in {decoder.get('dtype')}"
-            )
-        apply_threshold(decoder.get("threshold") or "normal")
-        if decoder.get("size"):
+        model = config.get("model") or {}
+        check_options(model, prefix="--model.")
+        decoder = model.get("decoder")
+        if decoder is not None:
             applied = DecoderConfig(**{k: v for k, v in decoder.items() if k != "vocab_size" or v is not None})
             for name in SHAPE:
                 decoder[name] = getattr(applied, name)
 
+    def before_instantiate_classes(self) -> None:
+        """The model's ``threshold`` sets the CPU's subnormal flag before any model or thread exists."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        decoder = config.get("model", {}).get("decoder")
+        if decoder is not None:
+            apply_threshold(decoder.get("threshold") or "normal")
+
     def _parse_ckpt_path(self) -> None:
         """LightningCLI reads the checkpoint's hyperparameters before anything else: ``last`` is resolved to the run's
-        latest ``last.ckpt`` first (or refused), and a file that is no checkpoint fails here, in one line."""
+        newest checkpoint first (or refused), and what cannot run from the checkpoint fails here, in one line, before
+        any run directory is touched: a path that is no regular file (a FIFO or a device would never end), a file
+        that is no checkpoint, a precision other than the checkpoint's dtype, a resume to a step before the
+        checkpoint's."""
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
-        if self.config[subcommand].get("ckpt_path") == "last":
+        config = self.config[subcommand]
+        if config.get("ckpt_path") == "last":
             self._resolve_last()
-        given = deepcopy(self.config[subcommand].get("model"))
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path is None:
+            return
+        if "://" not in str(ckpt_path):
+            check_regular_file(ckpt_path)
+        given = deepcopy(config.get("model"))
         try:
             super()._parse_ckpt_path()
         except Exception as error:
-            raise ValueError(not_a_checkpoint(self.config[subcommand].get("ckpt_path"), error)) from None
-        self._name_replaced_options(replaced_options(given, self.config[subcommand].get("model")))
+            raise ValueError(not_a_checkpoint(ckpt_path, error)) from None
+        config = self.config[subcommand]  # parsing the checkpoint's options made a new namespace
+        self._name_replaced_options(replaced_options(given, config.get("model")))
+        check_precision(config.trainer.get("precision"), config.model.decoder.dtype, ckpt_path)
+        step, max_steps = recorded_step(Path(ckpt_path)), config.trainer.get("max_steps")
+        if subcommand == "fit" and step is not None and max_steps is not None and 0 <= max_steps < step:
+            raise ValueError(  # an equal one is a finished run's resume (a killed grid's rerun): it ends at once
+                f"--trainer.max_steps {max_steps} is below the checkpoint's step {step} ({ckpt_path}): a resume trains "
+                f"on from there to --trainer.max_steps, so give more steps; validate or test evaluate the checkpoint"
+            )
 
     def _name_replaced_options(self, replaced: list) -> None:
-        """A typed model option the checkpoint replaces is refused; one from a config file is logged. The run's
-        ``config.yaml`` records the values used."""
+        """A typed model option the checkpoint replaces is refused; one from a config file is logged. The command's
+        config record (``run_config``) holds the values used."""
         typed = [difference for difference in replaced if is_typed(difference[0], self._typed)]
         if typed:
             raise ValueError(
@@ -124,15 +146,20 @@ class BlindheadsCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         """Every run writes checkpoints atomically and holds its run directory; ``test`` also writes
-        ``results.json``."""
+        ``results.json``. The model's ``dtype`` must be what the trainer's precision computes in, as Lightning
+        resolved it (it substitutes some precisions on some accelerators)."""
         trainer_config = self._get(self.config_init, "trainer", default={})
         plugins = trainer_config.get("plugins") or []
         plugins = plugins if isinstance(plugins, list) else [plugins]
+        configured = list(trainer_config.get("callbacks") or [])  # the Trainer appends its defaults to this list
         trainer = super().instantiate_trainer(plugins=[AtomicCheckpointIO(), *plugins], **kwargs)
+        count_steps_in_progress_bar(trainer, configured)
+        requested = self._get(self.config, "trainer", default={}).get("precision") or "32-true"
+        check_trainer_precision(str(requested), trainer.precision, self.model.config.dtype)
         trainer.callbacks.insert(0, RunLock())  # first: before the config is saved into the run directory
         trainer.callbacks.append(TensorBoardLayout())
         if self.subcommand == "fit":
-            trainer.callbacks.append(SaveOnInterrupt())
+            trainer.callbacks += [SaveOnInterrupt(), KeepWritingLast()]
         if self.subcommand == "test":
             trainer.callbacks.append(ResultsFile())
         return trainer
@@ -154,22 +181,28 @@ class BlindheadsCLI(LightningCLI):
 
 
 def _check_run_names(config) -> None:
-    """The logger's name and version become folder names: refuse one the file system cannot hold, before any run."""
-    logger = config.get("trainer", {}).get("logger")
-    args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
-    for key in ("name", "version"):
-        value = args.get(key) if args is not None else None
-        if isinstance(value, str) and (len(value.encode()) > 255):
-            raise ValueError(
-                f"--trainer.logger.init_args.{key} is {len(value.encode())} bytes long: a folder name holds at most 255"
-            )
-
-
-def apply_threshold(threshold: str) -> None:
-    """``normal``: the CPU flushes subnormals, as fused GPU kernels do (and CPU arithmetic on them, which ALiBi's
-    softmax is full of, is slow); ``subnormal``: it keeps them. Threads inherit the flag from the one that starts
-    them, so it is set before the model or any worker exists."""
-    torch.set_flush_denormal(threshold == "normal")
+    """A logger's ``save_dir``, ``name`` and ``version`` become the run's folders. ``$VAR`` and ``~`` in them are
+    expanded here, once, as a user expects (TensorBoard expands its own log path, while checkpoints, the run lock and
+    ``--ckpt_path last`` would take them literally): a variable that is not set is refused. So are a name the file
+    system cannot hold and a ``save_dir`` that cannot be written, before any run."""
+    loggers = config.get("trainer", {}).get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
+        for key in ("save_dir", "name", "version") if args is not None else ():
+            value, option = args.get(key), f"--trainer.logger.init_args.{key}"
+            if not isinstance(value, str):
+                continue
+            expanded = os.path.expandvars(os.path.expanduser(value) if key == "save_dir" else value)
+            unset = re.findall(r"\$\{?(\w+)", expanded)
+            if unset:
+                raise ValueError(
+                    f"{option} {value}: environment variable {unset[0]} is not set; set it, or give the path"
+                )
+            if key != "save_dir" and len(expanded.encode()) > 255:
+                raise ValueError(f"{option} is {len(expanded.encode())} bytes long: a folder name holds at most 255")
+            args[key] = expanded
+        if args is not None and args.get("save_dir") is not None:
+            check_writable(args.save_dir, "--trainer.logger.init_args.save_dir")
 
 
 def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
@@ -180,6 +213,7 @@ def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
         args=args,
         run=run,
         trainer_defaults=TRAINER_DEFAULTS,
+        save_config_callback=RunConfig,  # config.yaml records the fit that made the run; later commands write beside it
         save_config_kwargs={"overwrite": True},
         # no prefixes: --trainer.max_step is a typo, not --trainer.max_steps
         # errors raise (main prints them in a few lines, not a usage dump)
@@ -196,16 +230,18 @@ def main(argv: list[str]) -> BlindheadsCLI:
     # Lightning 2.6 warns about its own use of torch's pytree API on every fit: noise, not the user's concern
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
     try:  # From the console script the arguments are sys.argv's; LightningCLI warns when given both.
-        return build_cli(None if argv == sys.argv[1:] else argv)
-    except SIGTERMException:
-        exit_after_interrupt()
+        with stopping_at_once():
+            return build_cli(None if argv == sys.argv[1:] else argv)
+    except (SIGTERMException, Interrupted, KeyboardInterrupt) as stop:
+        exit_after_interrupt(stop)
     except ArgumentError as error:
         sys.exit(short_error(argv[0] if argv else "", error))
 
 
 def short_error(subcommand: str, error: Exception, most_lines: int = 8) -> str:
     """A command-line or config mistake in a few lines and a pointer to ``--help``, instead of the whole usage."""
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    short = class_path_error(str(error))
+    lines = [short] if short else [line for line in str(error).strip().splitlines() if line.strip()]
     if len(lines) > most_lines:
         lines = [*lines[:most_lines], f"... ({len(lines) - most_lines} more lines)"]
     return "\n".join([f"blindheads {subcommand}: error: {lines[0] if lines else error}", *lines[1:],

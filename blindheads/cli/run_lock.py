@@ -10,10 +10,10 @@ from pathlib import Path
 
 import lightning as L
 
-from blindheads.cli.checkpoint_io import process_alive
+from blindheads import locks
+from blindheads.locks import RUN_LOCK
 
 log = logging.getLogger(__name__)
-LOCK = ".blindheads.lock"
 
 
 class RunLock(L.Callback):
@@ -28,25 +28,15 @@ class RunLock(L.Callback):
         log_dir = trainer.log_dir  # a collective under DDP: every rank reads it, rank 0 locks
         if stage != "fit" or not trainer.is_global_zero or log_dir is None:
             return
-        path = Path(log_dir) / LOCK
+        path = Path(log_dir) / RUN_LOCK
         path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            try:
-                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                owner = path.read_text().strip()
-                if owner.isdigit() and process_alive(int(owner)):
-                    raise ValueError(
-                        f"run directory {log_dir} is in use by a live run (pid {owner}); give this run "
-                        "another --trainer.logger.init_args.version or name"
-                    ) from None
-                log.warning(f"taking over the lock of {log_dir} from pid {owner or '?'}, which is no longer running")
-                path.unlink(missing_ok=True)
-                continue
-            with os.fdopen(descriptor, "w") as file:
-                file.write(str(os.getpid()))
-            self.path = path
-            return
+        locks.take(
+            path,
+            lambda owner: ValueError(f"run directory {log_dir} is in use by a live run (pid {owner}); give this run "
+                                     "another --trainer.logger.init_args.version or name"),
+            lambda owner: log.warning(f"taking over the lock of {log_dir} from pid {owner}, which is no longer running"),
+        )  # fmt: skip
+        self.path = path
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.path is not None:
@@ -74,6 +64,6 @@ class RunLock(L.Callback):
 
 def _written_here(path: Path) -> bool:
     """The run's own files: the lock, its config records, TensorBoard event files named with this process's PID."""
-    if path.name in (LOCK, "config.yaml", "hparams.yaml"):
+    if path.name in (RUN_LOCK, "config.yaml", "hparams.yaml"):
         return True
     return path.name.startswith("events.out.tfevents.") and path.name.split(".")[-2] == str(os.getpid())

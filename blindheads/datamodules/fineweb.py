@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import multiprocessing
 import signal
 from dataclasses import asdict
 from pathlib import Path
@@ -12,7 +14,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from blindheads.datamodules.fingerprint import differences, fingerprint
+from blindheads.datamodules.batch_memory import check_batch_fits
+from blindheads.datamodules.fingerprint import differences, fingerprint, hashes_ends_only
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.datamodules.sources import SOURCES, DataFiles, data_files, stream_documents
 from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
@@ -38,7 +41,7 @@ class FineWebEdu(L.LightningDataModule):
         files: list[str] | str | None = None,
         validation_files: list[str] | str | None = None,
         hub_name: str = "HuggingFaceFW/fineweb-edu",
-        hub_config: str = "sample-10BT",
+        hub_config: str = "sample-100BT",
         text_column: str = "text",
         tokenizer: str = "HuggingFaceTB/SmolLM-135M",
         builtin_vocab_size: int = 4096,
@@ -106,6 +109,8 @@ class FineWebEdu(L.LightningDataModule):
                 split: stream_documents(files, self.files.format, self.text_column)
                 for split, files in (("train", self.files.train), ("validation", self.files.validation))
             }
+        if stage == "fit" and self.trainer is not None:
+            check_batch_fits(self.batch_size, self.seq_len, self.vocab_size, self.trainer.strategy.root_device)
 
     @property
     def vocab_size(self) -> int:
@@ -223,17 +228,22 @@ class FineWebEdu(L.LightningDataModule):
     def fingerprint(self) -> dict[str, Any]:
         """The data this run reads (taken once per run: checkpoints reuse it)."""
         if self._fingerprint is None:
-            files = self.files or self._resolve_files()
-            self._fingerprint = fingerprint(
-                files.train,
-                files.validation,
-                shuffle_files_seed=self.shuffle_files_seed,
-                tokenizer=self.tokenizer_name,
-                seq_len=self.seq_len,
-                text_column=self.text_column,
-                retrieval_mix=asdict(self.retrieval_mix) if self.retrieval_mix else None,
-            )
+            self._fingerprint = self._take_fingerprint()
         return self._fingerprint
+
+    def _take_fingerprint(self, ends_only: bool = False) -> dict[str, Any]:
+        """``ends_only``: hashed as checkpoints before whole-file hashes were, to compare with one of them."""
+        files = self.files or self._resolve_files()
+        return fingerprint(
+            files.train,
+            files.validation,
+            ends_only=ends_only,
+            shuffle_files_seed=self.shuffle_files_seed,
+            tokenizer=self.tokenizer_name,
+            seq_len=self.seq_len,
+            text_column=self.text_column,
+            retrieval_mix=asdict(self.retrieval_mix) if self.retrieval_mix else None,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the training streams (only ``fit`` reads them: ``validate``/``test`` of a checkpoint may run on
@@ -266,7 +276,14 @@ class FineWebEdu(L.LightningDataModule):
                 "the data since cannot be detected"
             )
             return
-        changed = differences(recorded, self.fingerprint())
+        ends_only = hashes_ends_only(recorded)
+        if ends_only:
+            log.warning(
+                "the checkpoint's data fingerprint hashes only the first and last MiB of each file (written before "
+                "whole-file hashes): a change elsewhere in a file cannot be detected on this resume; its next "
+                "checkpoint records whole-file hashes"
+            )
+        changed = differences(recorded, self._take_fingerprint(ends_only=True) if ends_only else self.fingerprint())
         if not changed:
             return
         what = "; ".join(changed)
@@ -283,6 +300,20 @@ class FineWebEdu(L.LightningDataModule):
 
 
 def _leave_interrupts_to_the_main_process(worker_id: int) -> None:
-    """Workers ignore Ctrl-C and SIGTERM: training saves and stops at a step boundary, then shuts them down."""
+    """Workers ignore Ctrl-C, SIGTERM and SIGHUP: training saves and stops at a step boundary, then shuts them down.
+    (A worker left running when the main process exits, by a loader abandoned mid-stream, is killed at exit by
+    ``_kill_workers_left_at_exit``: Python's own clean-up would send it the SIGTERM it ignores, and wait forever.)"""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def _kill_workers_left_at_exit() -> None:
+    """Run at interpreter exit before multiprocessing's clean-up (handlers run last-registered first): daemonic
+    children, the DataLoader workers, would otherwise be sent SIGTERM, which they ignore, and joined forever."""
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+
+
+atexit.register(_kill_workers_left_at_exit)

@@ -72,7 +72,7 @@ def data_files(
     files: list[str] | str | None = None,
     validation_files: list[str] | str | None = None,
     hub_name: str = "HuggingFaceFW/fineweb-edu",
-    hub_config: str = "sample-10BT",
+    hub_config: str = "sample-100BT",
     cache_dir: str | Path = ".",
     shuffle_files_seed: int | None = None,
 ) -> DataFiles:

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from blindheads.datamodules.builtin_corpus import builtin_documents
+from blindheads.datamodules.cache import cache_folder
 from blindheads.datamodules.hub import require_hub
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ def builtin_tokenizer_dir(cache_dir: str | Path, vocab_size: int) -> Path:
 
 def train_builtin_tokenizer(cache_dir: str | Path, vocab_size: int = 4096) -> Path:
     """Train (once; written atomically) a byte-level BPE on the builtin corpus; its only special token is EOS."""
-    target = builtin_tokenizer_dir(cache_dir, vocab_size)
+    target = cache_folder(builtin_tokenizer_dir(cache_dir, vocab_size), "the builtin tokenizer")
     if target.exists():
         return target
     bpe = Tokenizer(models.BPE())

@@ -24,6 +24,7 @@ import torch
 from datasets.distributed import split_dataset_by_node
 from tokenizers import Tokenizer
 
+from blindheads.datamodules.encoding import encode_documents
 from blindheads.datamodules.retrieval_mix import EpisodeWriter
 
 DOC_BATCH = 64  # documents tokenized together (the Rust tokenizer parallelises a batch)
@@ -85,8 +86,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
             for batch in _read(docs, self.files):
                 empty = False
                 texts = _checked_texts(batch[self.text_column], state)
-                encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-                arrays = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+                arrays = encode_documents(self.tokenizer, texts)
                 if self.episodes is not None:
                     arrays, cursor = self._with_episodes(texts, arrays, epoch, cursor, first=skip_docs)
                 arrays = [np.append(a, self.eos_id) for a in arrays]

@@ -9,11 +9,15 @@ training context length).
 
 from __future__ import annotations
 
+import inspect
+import json
+import re
+
 import torch
 import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from lm_eval.utils import get_rolling_token_windows, handle_arg_string, make_disjoint_window
 from tqdm import tqdm
 
 from blindheads.checkpoints import checkpoint_decoder, checkpoint_tokenizer, load_checkpoint
@@ -46,6 +50,18 @@ class BlindheadsLM(TemplateLM):
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
         self._max_length = int(max_length or decoder.config.context_length)
         self.max_gen_toks = int(max_gen_toks)
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> BlindheadsLM:
+        """``model_args="key=value,key=value"`` from Python (``lm_eval.simple_evaluate``), read by ``model_arguments``;
+        an argument the model does not take is named in one line."""
+        args = {key: handle_arg_string(value) for key, value in model_arguments(arg_string).items()}
+        args |= {key: value for key, value in (additional_config or {}).items() if value is not None}
+        valid = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
+        unknown = sorted(set(args) - set(valid))
+        if unknown:
+            raise ValueError(f"--model_args: unknown argument {unknown[0]!r}; valid: {', '.join(valid)}")
+        return cls(**args)
 
     @property
     def eot_token_id(self) -> int:
@@ -121,11 +137,26 @@ class BlindheadsLM(TemplateLM):
         return outputs
 
 
+def model_arguments(text: str) -> dict[str, str]:
+    """``key=value,key=value``, where a comma not followed by ``key=`` belongs to the value: a checkpoint path may
+    hold commas (lm-eval's own reader splits at every comma)."""
+    pieces = [piece for piece in re.split(r",(?=\s*\w+=)", text.strip()) if piece]
+    malformed = [piece for piece in pieces if "=" not in piece]
+    if malformed:
+        raise ValueError(f"--model_args {text!r}: {malformed[0]!r} is not key=value")
+    return {key.strip(): value for key, _, value in (piece.partition("=") for piece in pieces)}
+
+
 def main(argv: list[str]) -> None:
-    """``blindheads lm_eval ARGS``: lm-evaluation-harness's own CLI with the ``blindheads`` model registered."""
+    """``blindheads lm_eval ARGS``: lm-evaluation-harness's own CLI with the ``blindheads`` model registered, each
+    ``--model_args key=value,...`` handed to it as JSON so that commas in paths survive."""
     import sys
 
     from lm_eval.__main__ import cli_evaluate
 
+    argv = list(argv)
+    for index, flag in enumerate(argv[:-1]):
+        if flag in ("--model_args", "-a") and not argv[index + 1].lstrip().startswith("{"):
+            argv[index + 1] = json.dumps(model_arguments(argv[index + 1]))
     sys.argv = ["lm_eval", *argv]
     cli_evaluate()

@@ -59,6 +59,11 @@ def _blindness(metrics: dict[str, float]) -> list[str]:
         seen = measured.get(head)
         span = f"{min(seen):.0f}-{max(seen):.0f}" if seen else "not blind within the lengths measured"
         lines.append(f"  head {head}: {span} / {_number(predicted.get(head), '.1f')}")
+    if measured:
+        lines.append(
+            "  (measured: past the farthest non-zero weight of any query, q.k included, so a query scoring far keys "
+            "above near ones moves it out; predicted: the bias alone, q.k = 0)"
+        )
     if fused:
         lines.append(
             "  (materialized: the eager and SDPA softmax, whose normalised weights go blind ln(Z)/slope tokens "

@@ -24,8 +24,6 @@ far one, exact zeros are what stops them.
 from __future__ import annotations
 
 import argparse
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -33,24 +31,18 @@ from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
 from blindheads.arguments import Parser
-from blindheads.experiments.runner import (
-    claim_all,
-    configs,
-    identity,
-    launch,
-    provenance,
-    read_json,
-    resume_option,
-    write_json,
-)
+from blindheads.experiments.loop import Run, run_experiment
+from blindheads.experiments.runner import at_least, checked, configs, distinct, provenance, write_json
+from blindheads.experiments.setups import located
 
 BLIND = 190  # tokens back at which every head goes blind (float32, normal threshold)
 CONDITIONS = ["nope", "zero", "learnable", "subnormal", "clamp", "log_distance"]  # control and plain blind first
-CONDITION_CONFIGS = Path("configs/experiments/conjecture")
+CONDITION_CONFIGS = "configs/experiments/conjecture"
 NEAR, FAR = 1, 225  # the gaps measured: answers 7-9 and 231-233 tokens back
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options, every value checked before anything runs (one line naming the bad value and the choices)."""
     parser = Parser("blindheads conjecture", __doc__)
     parser.add_argument(
         "--config",
@@ -62,20 +54,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="seeds")
     parser.add_argument("--steps", type=int, default=800, help="training steps")
     parser.add_argument("--every", type=int, default=100, help="steps between recall measurements")
-    parser.add_argument("--out", default="results/conjecture", help="summary directory")
     parser.add_argument("--runs", default="runs/conjecture", help="checkpoints and logs")
+    parser.add_argument("--out", help="summary directory; default: the runs' directory + -summary")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit")
     args = parser.parse_args(argv)
     unknown = [c for c in args.conditions if c not in CONDITIONS]
     if unknown:
-        parser.error(f"unknown conditions {unknown}; valid: {', '.join(CONDITIONS)}")
-    args.extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
-    return args
+        raise ValueError(f"unknown conditions {unknown}; valid: {', '.join(CONDITIONS)}")
+    distinct("--conditions", args.conditions)
+    at_least("--steps and --every", [args.steps, args.every], 1)
+    if args.every > args.steps:
+        raise ValueError(f"--every {args.every} is more than --steps {args.steps}: recall would never be measured")
+    return checked(args)
 
 
 def condition_files(name: str, args: argparse.Namespace) -> list[str]:
-    return [*args.config, str(CONDITION_CONFIGS / f"{name}.yaml")]
+    return [*args.config, located(f"{CONDITION_CONFIGS}/{name}.yaml")]
 
 
 def run_options(name: str, seed: int, args: argparse.Namespace) -> list[str]:
@@ -90,24 +85,19 @@ def run_options(name: str, seed: int, args: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
-def run_condition(name: str, seed: int, args: argparse.Namespace) -> dict:
-    run_dir = Path(args.runs) / name / f"seed{seed}"
-    done = run_dir / "done.json"
-    if done.exists():
-        return read_json(done)
-    command = ["fit", *run_options(name, seed, args), *resume_option(run_dir)]
-    started = time.monotonic()
-    launch(command, run_dir.parent / f"seed{seed}.fit.log", args.parallel)
-    record = {"condition": name, "seed": seed, "wall_s": round(time.monotonic() - started, 1)}
-    write_json(done, record)
-    print(f"{name} seed {seed}: done in {record['wall_s']:.0f} s", flush=True)
-    return record
+def runs(args: argparse.Namespace) -> list[Run]:
+    """A fit of every condition at every seed."""
+    return [
+        Run(f"{name} seed {seed}", Path(args.runs) / name / f"seed{seed}", {"condition": name, "seed": seed},
+            run_options(name, seed, args), condition_files(name, args))
+        for seed in args.seeds for name in args.conditions
+    ]  # fmt: skip
 
 
-def curves(runs: Path, jobs: list[tuple[str, int]]) -> pd.DataFrame:
+def curves(runs: Path, records: list[dict]) -> pd.DataFrame:
     """Every ``recall/`` scalar of every run: columns condition, seed, tag, step, value."""
     frames = []
-    for name, seed in jobs:
+    for name, seed in ((r["condition"], r["seed"]) for r in records):
         frame = scalars(runs / name / f"seed{seed}")
         frames.append(frame[frame["tag"].str.startswith("recall/")].assign(condition=name, seed=seed))
     return pd.concat(frames, ignore_index=True)
@@ -204,25 +194,19 @@ def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR
 
 def main(argv: list[str]) -> pd.DataFrame:
     args = parse_args(argv)
-    started = time.monotonic()
-    jobs = [(name, seed) for seed in args.seeds for name in args.conditions]
-    runs = Path(args.runs)
-    claim_all(
-        {runs / c / f"seed{n}": identity(run_options(c, n, args), condition_files(c, args)) for c, n in jobs},
-        "conjecture",
-    )
-    with ThreadPoolExecutor(args.parallel) as pool:
-        records = list(pool.map(lambda job: run_condition(*job, args), jobs))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = curves(Path(args.runs), jobs)
-    data.to_csv(out / "curves.csv", index=False)
-    table = summarize(out, data)
-    plot(out, data)
-    record = provenance("blindheads conjecture " + " ".join(argv), time.monotonic() - started, args.seeds)
-    write_json(out / "results.json", {**record, "runs": records, "summary": table.to_dict(orient="records")})
-    print(f"summary: {out / 'summary.md'}")
-    return table
+
+    def write(out: Path, records: list[dict], command: str, wall_s: float) -> pd.DataFrame:
+        data = curves(Path(args.runs), records)
+        data.to_csv(out / "curves.csv", index=False)
+        table = summarize(out, data)
+        plot(out, data)
+        summary = table.to_dict(orient="records")
+        write_json(
+            out / "results.json", {**provenance(command, wall_s, args.seeds), "runs": records, "summary": summary}
+        )
+        return table
+
+    return run_experiment("conjecture", argv, args, runs(args), write)
 
 
 def _cell(value) -> str:

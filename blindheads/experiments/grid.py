@@ -3,19 +3,20 @@ summary (CSV, Markdown, figures, results.json).
 
 Each run is a blindheads fit then blindheads test subprocess in RUNS/SETUP/seedS (checkpoints and
 TensorBoard logs, kept out of the summary folder); --parallel runs share the machine (one thread each). A killed
-grid continues where it stopped: a run with results.json is done, one with last.ckpt resumes from it. A run
-directory made with other options (configs, seed, options after --) is refused, naming the difference.
+grid continues where it stopped: a run with done.json is done, one with last.ckpt resumes from it. A run
+directory made with other options (configs, seed, options after --) is refused, naming the difference, and so is a
+summary folder made by another grid (or holding results without a record of their options). Ctrl-C or SIGTERM
+stops every run at its next step with last.ckpt saved; the same command continues.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from blindheads.arguments import Parser
-from blindheads.experiments.runner import claim_all, configs, identity, launch, read_json, resume_option, write_json
+from blindheads.experiments.loop import Run, run_experiment
+from blindheads.experiments.runner import checked, configs, distinct
 from blindheads.experiments.setups import position_of, setup_files, setup_names
 from blindheads.experiments.summary import write_summary
 
@@ -27,6 +28,7 @@ PAPER_SETUPS = [
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options, every value checked before anything runs (one line naming the bad value and the choices)."""
     parser = Parser("blindheads grid", __doc__)
     parser.add_argument(
         "--config",
@@ -38,18 +40,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--setups", nargs="+", default=PAPER_SETUPS, help=f"any of {', '.join(setup_names())} (configs/position/)"
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--out", default="results/laptop", help="summary directory (tables, figures, results.json)")
     parser.add_argument("--runs", default="runs/laptop-grid", help="the runs' directory (checkpoints, logs)")
+    parser.add_argument(
+        "--out", help="summary directory (tables, figures, results.json); default: the runs' directory + -summary"
+    )
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (one thread each)")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit and test")
     args = parser.parse_args(argv)
     unknown = [s for s in args.setups if s not in setup_names()]
     if unknown:
-        parser.error(f"unknown setups {unknown}; valid: {', '.join(setup_names())}")
-    if args.parallel < 1 or not args.seeds:
-        parser.error(f"--parallel must be >= 1 and --seeds non-empty, got {args.parallel} and {args.seeds}")
-    args.extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
-    return args
+        raise ValueError(f"unknown setups {unknown}; valid: {', '.join(setup_names())}")
+    distinct("--setups", args.setups)
+    return checked(args)
 
 
 def run_options(setup: str, seed: int, args: argparse.Namespace) -> list[str]:
@@ -61,36 +63,21 @@ def run_options(setup: str, seed: int, args: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
-def run_one(setup: str, seed: int, args: argparse.Namespace) -> dict:
-    """Fit (resuming a killed run) and test one setup at one seed; the run's results with its wall time."""
-    run_dir = Path(args.runs) / setup / f"seed{seed}"
-    results = run_dir / "results.json"
-    common, position = run_options(setup, seed, args), position_of(setup_files(setup, args.config))
-    if results.exists():  # done (by a grid that may have been killed before recording the run's identity)
-        return {"setup": setup, "seed": seed, "position": position, **read_json(results)}
-    resume = resume_option(run_dir)
-    started = time.monotonic()
-    for command in (["fit", *common, *resume], ["test", *common, "--ckpt_path", "last"]):
-        launch(command, run_dir.parent / f"seed{seed}.{command[0]}.log", args.parallel)
-    record = read_json(results)
-    record.update(setup=setup, seed=seed, position=position, wall_s=round(time.monotonic() - started, 1))
-    if resume:
-        record["resumed"] = True  # its wall time counts only the part after the resume
-    write_json(results, record)
-    print(f"{setup} seed {seed}: done in {record['wall_s']:.0f} s", flush=True)
-    return record
+def runs(args: argparse.Namespace) -> list[Run]:
+    """A fit then a test of every setup at every seed."""
+    return [
+        Run(f"{setup} seed {seed}", Path(args.runs) / setup / f"seed{seed}",
+            {"setup": setup, "seed": seed, "position": position_of(setup_files(setup, args.config))},
+            run_options(setup, seed, args), setup_files(setup, args.config), ("fit", "test"))
+        for setup in args.setups for seed in args.seeds
+    ]  # fmt: skip
 
 
 def main(argv: list[str]) -> list[dict]:
     args = parse_args(argv)
-    started = time.monotonic()
-    jobs = [(setup, seed) for setup in args.setups for seed in args.seeds]
-    runs = Path(args.runs)
-    claim_all({runs / s / f"seed{n}": identity(run_options(s, n, args), setup_files(s, args.config)) for s, n in jobs},
-              "grid")  # fmt: skip
-    with ThreadPoolExecutor(args.parallel) as pool:
-        records = list(pool.map(lambda job: run_one(*job, args), jobs))
-    command = "blindheads grid " + " ".join(argv)
-    write_summary(Path(args.out), records, command=command, wall_s=time.monotonic() - started, runs_dir=Path(args.runs))
-    print(f"summary: {Path(args.out) / 'summary.md'}")
-    return records
+
+    def write(out: Path, records: list[dict], command: str, wall_s: float) -> list[dict]:
+        write_summary(out, records, command=command, wall_s=wall_s, runs_dir=Path(args.runs))
+        return records
+
+    return run_experiment("grid", argv, args, runs(args), write)

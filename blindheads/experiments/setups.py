@@ -3,6 +3,9 @@
 An experiment adapts a setup to its scale with an overlay beside its config: for ``configs/experiments/laptop.yaml``,
 ``configs/experiments/laptop/SETUP.yaml`` (the sliding window at 1/8 of the paper's 1,024 tokens), composed after
 the setup's own file.
+
+Config paths are taken from the working directory where they exist there, else from the repository, so the drivers
+work from any folder (and runs started in the checkout keep the relative names their ``options.json`` records).
 """
 
 from __future__ import annotations
@@ -11,19 +14,32 @@ from pathlib import Path
 
 import yaml
 
-POSITIONS = Path("configs/position")
+from blindheads.analysis.paths import from_repository, repository
+
+POSITIONS = "configs/position"
 
 
-def setup_names(directory: Path = POSITIONS) -> list[str]:
+def located(path: str | Path) -> str:
+    """``path`` where it exists from the working directory, else the repository's ``path``; neither is one line
+    naming both folders looked in."""
+    if Path(path).exists():
+        return str(path)
+    if from_repository(path).exists():
+        return str(from_repository(path))
+    raise FileNotFoundError(f"{path} not found (looked in {Path.cwd()} and in the repository {repository()})")
+
+
+def setup_names(directory: str | Path = POSITIONS) -> list[str]:
     """Every setup with a file in ``directory``, sorted."""
-    return sorted(path.stem for path in Path(directory).glob("*.yaml"))
+    return sorted(path.stem for path in Path(located(directory)).glob("*.yaml"))
 
 
-def setup_files(name: str, experiment: list[str], directory: Path = POSITIONS) -> list[str]:
+def setup_files(name: str, experiment: list[str], directory: str | Path = POSITIONS) -> list[str]:
     """The config files of setup ``name`` in an experiment: the experiment's, the setup's, then the overlays the
     experiment's files keep for it."""
     overlays = [Path(config).with_suffix("") / f"{name}.yaml" for config in experiment]
-    return [*experiment, str(Path(directory) / f"{name}.yaml"), *(str(o) for o in overlays if o.is_file())]
+    setup = Path(located(directory)) / f"{name}.yaml"
+    return [*experiment, str(setup), *(str(o) for o in overlays if o.is_file())]
 
 
 def position_of(files: list[str]) -> str:
@@ -37,6 +53,6 @@ def position_of(files: list[str]) -> str:
     return spec
 
 
-def position_setups(directory: Path = POSITIONS) -> dict[str, str]:
+def position_setups(directory: str | Path = POSITIONS) -> dict[str, str]:
     """Setup name -> position spec, for every setup file in ``directory``."""
-    return {name: position_of([str(Path(directory) / f"{name}.yaml")]) for name in setup_names(directory)}
+    return {name: position_of([str(Path(located(directory)) / f"{name}.yaml")]) for name in setup_names(directory)}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 from pathlib import Path
 
 from blindheads.arguments import Parser
+from blindheads.atomic import remove_debris, staging_path
 from blindheads.checkpoints import checkpoint_tokenizer, decoder_config, load_checkpoint
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
 
@@ -17,7 +20,9 @@ REMOTE_CODE = {
 
 def export(ckpt_path: str | Path, out: str | Path) -> Path:
     """Write config, safetensors weights, the tokenizer and the remote-code stubs for ``AutoModelForCausalLM`` into
-    ``out``, a new or empty directory (an export never overwrites another's files)."""
+    ``out``, a new or empty directory (an export never overwrites another's files). The files are written into a
+    folder beside ``out`` and renamed into place whole: an export killed part-way leaves no ``out`` to mistake for a
+    model, and the next export removes what it left."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         held = (
@@ -40,15 +45,20 @@ def export(ckpt_path: str | Path, out: str | Path) -> Path:
         raise ValueError(
             f"checkpoint {ckpt_path} does not match its decoder: missing {missing}, unexpected {unexpected}"
         )
+    staging = staging_path(out)
     try:
-        model.save_pretrained(out)
+        remove_debris(out.parent, out.name)
+        model.save_pretrained(staging)
         for name, source in REMOTE_CODE.items():
-            (out / name).write_text(source)
+            (staging / name).write_text(source)
         tokenizer = checkpoint_tokenizer(checkpoint)
         if tokenizer is not None:
-            tokenizer.save_pretrained(out)
+            tokenizer.save_pretrained(staging)
+        os.replace(staging, out)  # an empty ``out`` is replaced; one written meanwhile makes this fail
     except OSError as error:
         raise ValueError(f"--out {out}: cannot be written ({error.strerror or error})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import get_args
 
@@ -13,22 +12,23 @@ from blindheads.modules.backends import Backend
 from blindheads.modules.position.registry import PositionSpec
 from blindheads.numerics import Dtype, Threshold
 
-log = logging.getLogger(__name__)
 SHAPE = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size", "context_length", "init_std")
 
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """A Llama-style decoder: pre-norm blocks of RMSNorm, attention with optional grouped KV heads, SwiGLU."""
+    """A Llama-style decoder: pre-norm blocks of RMSNorm, attention with optional grouped KV heads, SwiGLU. Its shape
+    comes from a preset (``size``) except where a value is given: a value given always wins over the preset's."""
 
     vocab_size: int = 49152
-    hidden_size: int = 576
-    num_layers: int = 30
-    num_heads: int = 9
-    num_kv_heads: int = 9
-    mlp_size: int = 1536
-    context_length: int = 2048
-    init_std: float = 0.0416
+    # The shape: ``None`` takes the ``size`` preset's value; a value given wins over the preset's.
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None  # not given: num_heads when that is given (full multi-head attention)
+    mlp_size: int | None = None
+    context_length: int | None = None
+    init_std: float | None = None
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     position: PositionSpec = "alibi"
@@ -38,13 +38,13 @@ class DecoderConfig:
     # slope presets chosen by blindness distance (steep, safe, wide, robust) are computed for these.
     dtype: Dtype = "bfloat16"
     threshold: Threshold = "normal"
-    # A preset's shape (``tiny``, ``smollm-148m``): its SHAPE fields replace these fields' values, so a YAML file
-    # can name a size instead of restating it (configs/size/tiny.yaml); each value it replaces is logged.
+    # A preset's shape (``tiny``; ``None`` is ``smollm-148m``): it fills the SHAPE fields not given, so a YAML file
+    # can name a size instead of restating it (configs/size/tiny.yaml). Values given win: a preset never silently
+    # replaces what a user wrote.
     size: str | None = None
 
     def __post_init__(self) -> None:
-        if self.size is not None:
-            self._apply_size()
+        source = self._fill_shape()  # field -> where a value not given came from, for the errors below
         for name, choices in (
             ("attention", Backend),
             ("softmax_dtype", Dtype),
@@ -55,31 +55,39 @@ class DecoderConfig:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(get_args(choices))}")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}{source.get(name, '')}")
         if not 0 < self.init_std <= 1:
             raise ValueError(
                 f"init_std must be in (0, 1], got {self.init_std}: larger weights saturate every norm "
                 "and softmax (at 1e6 all logits are equal and every gradient is exactly zero)"
             )
+        hidden, heads, kv_heads = (f"{name} {getattr(self, name)}{source.get(name, '')}" for name in
+                                   ("hidden_size", "num_heads", "num_kv_heads"))  # fmt: skip
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+            raise ValueError(f"{hidden} is not divisible by {heads}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+            raise ValueError(f"{heads} is not a multiple of {kv_heads}")
         if (self.hidden_size // self.num_heads) % 2:
-            raise ValueError(f"head size {self.hidden_size // self.num_heads} must be even (RoPE rotates pairs)")
+            raise ValueError(f"head size {self.hidden_size // self.num_heads} ({hidden}, {heads}) must be even "
+                             "(RoPE rotates pairs)")  # fmt: skip
 
-    def _apply_size(self) -> None:
-        if self.size not in SIZES:
+    def _fill_shape(self) -> dict[str, str]:
+        """Fill the shape fields not given from the ``size`` preset (``num_kv_heads`` from ``num_heads`` when that is
+        given: a preset's grouping may not divide it). Returns, per filled field, the words that name its source,
+        for errors about a value the user never wrote."""
+        if self.size is not None and self.size not in SIZES:
             raise ValueError(f"unknown decoder size {self.size!r}; valid: {', '.join(SIZES)}")
-        preset, defaults = SIZES[self.size], DecoderConfig()
-        replaced = []
+        filled = {}
         for name in SHAPE:
-            given, value = getattr(self, name), getattr(preset, name)
-            if given not in (value, getattr(defaults, name)):
-                replaced.append(f"{name} {given} -> {value}")
+            if getattr(self, name) is not None:
+                continue
+            if name == "num_kv_heads" and "num_heads" not in filled:
+                value, filled[name] = self.num_heads, " (num_heads's)"
+            else:
+                preset = self.size or "smollm-148m"
+                value, filled[name] = getattr(SIZES[preset], name), f" (the {preset} preset's)"
             object.__setattr__(self, name, value)  # frozen: set once, while constructing
-        if replaced:
-            log.warning(f"decoder size {self.size!r} replaces {', '.join(replaced)}")
+        return filled
 
     @property
     def head_size(self) -> int:
@@ -87,17 +95,28 @@ class DecoderConfig:
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> DecoderConfig:
+        """The preset's fields, ``overrides`` winning; its shape is filled as ``size`` fills it (so ``num_heads``
+        alone brings its own ``num_kv_heads``)."""
         if name not in SIZES:
             raise ValueError(f"unknown decoder preset {name!r}; valid: {', '.join(SIZES)}")
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown decoder fields {sorted(unknown)}; valid: {[f.name for f in fields(cls)]}")
-        return replace(SIZES[name], **overrides)
+        preset = {f.name: getattr(SIZES[name], f.name) for f in fields(cls) if f.name not in SHAPE}
+        return cls(**{**preset, "size": name, **overrides})
 
 
 SIZES = {
     # SmolLM-135M's shape with full multi-head attention: 147.8M parameters, tied embeddings.
-    "smollm-148m": DecoderConfig(),
+    "smollm-148m": DecoderConfig(
+        hidden_size=576,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=9,
+        mlp_size=1536,
+        context_length=2048,
+        init_std=0.0416,
+    ),
     # For tests and CPU smoke runs: grouped KV heads, so that path is always exercised.
     "tiny": DecoderConfig(
         vocab_size=512,
@@ -112,13 +131,15 @@ SIZES = {
 }
 
 
-def load_decoder_config(path: str | Path) -> DecoderConfig:
-    """A decoder config from YAML: its fields (``size`` names a preset shape, as in the training configs) at the top
-    level or under ``model.decoder``."""
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise FileNotFoundError(f"model config {path} does not exist") from None
-    section = data.get("model", {}).get("decoder", data) if isinstance(data.get("model"), dict) else data
-    section = dict(section)
+def load_decoder_config(*paths: str | Path) -> DecoderConfig:
+    """A decoder config from YAML files: their fields (``size`` names a preset shape, as in the training configs) at
+    the top level or under ``model.decoder``; a later file's fields win, as with ``blindheads fit --config``."""
+    section: dict = {}
+    for path in paths:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise FileNotFoundError(f"model config {path} does not exist") from None
+        model = data.get("model") if isinstance(data, dict) else None
+        section |= (model.get("decoder") or {}) if isinstance(model, dict) else data
     return DecoderConfig.from_preset("smollm-148m", **section)

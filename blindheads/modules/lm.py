@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import lightning as L
@@ -16,6 +17,26 @@ from blindheads.modules.decoder import Decoder
 from blindheads.modules.schedules import SCHEDULES, lr_multiplier
 
 DEAD_STEPS = 5  # consecutive steps with all-zero gradients that stop a run
+VALID = {  # option -> (test, what the test accepts): beyond it a run trains to NaN or not at all
+    "lr": (lambda v: 0 < v < math.inf, "a finite number > 0"),
+    "betas": (lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two numbers in [0, 1)"),
+    "eps": (lambda v: 0 < v < math.inf, "a finite number > 0"),
+    "weight_decay": (lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "warmup_steps": (lambda v: v >= 0, "a step count >= 0"),
+    "decay_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "min_lr_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+}
+
+
+def check_options(options: dict, prefix: str = "") -> None:
+    """Refuse an optimiser or schedule value that cannot train, naming it: NaN, infinite (``1e400`` parses as
+    infinity) or out of range. The CLI checks them as soon as they are parsed (``prefix`` ``--model.``); the module
+    checks them again for Python users."""
+    for name, (valid, accepted) in VALID.items():
+        value = options.get(name)
+        if value is not None and not valid(value):
+            overflow = " (a number beyond 1.8e308 reads as inf)" if value in (math.inf, -math.inf) else ""
+            raise ValueError(f"{prefix}{name} {value} is not {accepted}{overflow}")
 
 
 class DecoderLM(L.LightningModule):
@@ -42,6 +63,7 @@ class DecoderLM(L.LightningModule):
         super().__init__()
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+        check_options(locals())  # the arguments, by name
         self.save_hyperparameters()
         self.decoder = Decoder(decoder)
         if compile:

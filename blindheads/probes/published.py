@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from blindheads.blindness import blind_distances
+from blindheads.checkpoints import refused_code
 from blindheads.datamodules.hub import require_hub
 from blindheads.evaluation.contexts import forward_hooks
 from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_distance, zero_statistics
@@ -39,6 +41,10 @@ def load_published(name: str, dtype: str = "float32"):
     try:
         model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager", dtype=resolve_dtype(dtype))
         tokenizer = AutoTokenizer.from_pretrained(name)
+    except pickle.UnpicklingError as error:  # transformers unpickles ``.bin`` weights with ``weights_only``
+        raise ValueError(
+            f"cannot load model {name!r}: {refused_code(error) or 'its weights file is damaged'}"
+        ) from None
     except OSError as error:
         raise ValueError(
             f"cannot load model {name!r}: it is not a local model directory and the Hugging Face Hub did not "
