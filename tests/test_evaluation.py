@@ -22,7 +22,7 @@ from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.tokenizer import load_tokenizer
 from blindheads.evaluation.contexts import forward_hooks
 from blindheads.evaluation.figures import grid_heatmap
-from blindheads.evaluation.prompts import needle_samples, passkey_samples
+from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import GridSummary, auc_over_log_length
 from blindheads.evaluation.underflow import gradient_statistics
@@ -97,6 +97,34 @@ def test_oracle_scores_one_and_an_untrained_model_near_zero(tokenizer, haystack)
     scores = score_samples(untrained, tokenizer, samples)
     assert sum(s.exact for s in scores) == 0
     assert np.mean([s.digits for s in scores]) < 0.2
+
+
+class Continues(torch.nn.Module):
+    """Predicts each next token of what it reads, then ``after``: the answer exactly, and ``after`` beyond it."""
+
+    def __init__(self, after: int, vocab_size: int) -> None:
+        super().__init__()
+        self.after, self.vocab_size = after, vocab_size
+        self.lm_head = torch.nn.Identity()
+        self.anchor = torch.nn.Parameter(torch.zeros(()))  # gives the scorer a device to read
+
+    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
+        following = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], self.after)], 1)
+        return torch.nn.functional.one_hot(following, self.vocab_size).float()
+
+
+def test_an_answer_counts_only_where_the_number_ends(tokenizer):
+    """``57`` is no answer to ``5``: after the answer's last token the model must not predict another digit."""
+    tokens = [tokenizer.eos_token_id, *tokenizer(" So the code reads 5", add_special_tokens=False).input_ids]
+    sample = RetrievalSample(len(tokens), 0.0, 0, torch.tensor(tokens), len(tokens) - 1, "5")
+    assert tokenizer.decode(sample.answer_tokens) == " 5"
+    exact = {}
+    for after in ("7", ".", " 7"):
+        (token,) = tokenizer(after, add_special_tokens=False).input_ids
+        (score,) = score_samples(Continues(token, len(tokenizer)), tokenizer, [sample])
+        assert score.predicted == "5" and score.digits == 1
+        exact[after] = score.exact
+    assert exact == {"7": False, ".": True, " 7": True}  # "5 7" is a second number, not a longer one
 
 
 def test_auc_is_a_normalised_trapezoid_over_log_length():

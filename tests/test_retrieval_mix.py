@@ -153,7 +153,7 @@ def test_without_filler_digits_the_values_are_the_only_numbers_in_training_and_h
     windows = [tokenizer.decode(w.tolist()) for batch in take(data, 6) for w in batch]
     writer = EpisodeWriter(mix, tokenizer, 128)
     samples = recall_samples(writer, data.heldout_tokens(2000).tolist(), 0, 128, 16, gap=8)
-    held_out = [tokenizer.decode(s.tokens.tolist()) for s, _ in samples]
+    held_out = [tokenizer.decode(s.tokens.tolist()) for s, *_ in samples]
     for texts in (windows, held_out):
         numbers = [m for text in texts for m in re.finditer(r"\d+", text)]
         others = [m for m in numbers if not m.string[: m.start()].endswith("= ")]  # not a fact's or recall's value

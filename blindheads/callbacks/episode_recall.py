@@ -3,7 +3,8 @@ window: does the model use what lies that far back, and where it does not, could
 
 from __future__ import annotations
 
-from collections import defaultdict
+import os
+from typing import NamedTuple
 
 import lightning as L
 import torch
@@ -11,19 +12,48 @@ import torch
 from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.evaluation.answer_paths import AnswerPaths, answer_paths
+from blindheads.evaluation.attribution import (
+    CARRIES,
+    NEAR_BLIND,
+    ablation_costs,
+    capped_bias,
+    carrier_classes,
+    length_batches,
+    recall,
+)
 from blindheads.evaluation.contexts import evaluating
-from blindheads.evaluation.recall import recall_samples
-from blindheads.evaluation.scoring import score_samples
+from blindheads.evaluation.recall import Episode, episode_set, recall_samples
+from blindheads.evaluation.scoring import score_samples, top_share
+
+CONSTANT = 0.9  # a point where one predicted answer is this share of the episodes is answered by rote
+
+
+class Measured(NamedTuple):
+    """One point's episodes, which were answered exactly, and their answer paths."""
+
+    episodes: list[Episode]
+    exact: torch.Tensor
+    paths: AnswerPaths
+
+    @property
+    def distance(self) -> float:
+        return sum(e.distance for e in self.episodes) / len(self.episodes)
 
 
 class EpisodeRecall(PeriodicEvaluation):
     """Every ``every_n_steps``, on ``samples`` held-out episodes per point (the mix's templates over held-out text;
-    the data module's ``retrieval_mix``, else the default mix). The points: each of ``gaps`` (tokens of text between
-    fact and recall, in one training window: ``recall/gap{g}/...``) and each of ``distances`` (the answer's distance
-    back to its fact as a multiple of the training window, episodes as long as they need: ``recall/distance{f}x/...``).
+    the data module's ``retrieval_mix``, else the default mix), drawn by ``seed`` (``None``: the run's, which
+    ``seed_everything`` sets; rank 0's on every rank): each seed of a grid answers its own episodes. The points: each
+    of ``gaps`` (tokens of text between fact and recall, the whole episode in one training window:
+    ``recall/gap{g}/...``) and each of ``distances`` (the answer's distance back to its fact as a multiple of the
+    training window, episodes as long as they need: ``recall/distance{f}x/...``; from 1x on they outgrow the window).
     Per point it logs:
 
-    - ``exact``: share of answers predicted exactly (teacher-forced); ``distance``: mean tokens from answer to fact;
+    - ``exact``: share of answers predicted exactly (teacher-forced, the number ending where the value does);
+      ``baseline``: the share of the most common answer, what a constant answer scores; ``constant_answer``: 1 where
+      one predicted answer is at least ``CONSTANT`` of the episodes (``exact`` is then that answer's share, not recall);
+    - ``episodes``: how many; ``distance``: mean tokens from answer to fact; ``length``: the longest episode's
+      tokens; ``in_window``: 1 where every episode fits a training window;
     - ``blind``: share of episodes whose fact gets exactly 0 weight from the answer's query in every layer and head;
       ``unreachable``: share with no chain of non-zero weights from fact to answer (``evaluation/answer_paths.py``);
     - ``failed_blind`` / ``failed_reachable``: wrong answers whose fact was blind / was not (with ``exact`` they
@@ -31,7 +61,21 @@ class EpisodeRecall(PeriodicEvaluation):
     - ``weight/layer{l}/head{h}``: the mean weight from the answer's query to its fact (eager attention in the
       training precision);
 
-    and ``recall/slope/head{h}``, the slopes of learnable ALiBi heads, to follow them over training.
+    With ``attribution`` (``evaluation/attribution.py``), which heads carry recall and whether the bias lost it:
+
+    - ``recall/heads/layer{l}/head{h}/ablation_cost``: the share of the farthest in-window point's episodes that
+      zeroing the head's output at the answer's query loses (that point's distance: ``recall/heads/ablation_distance``);
+      heads costing at least ``CARRIES`` carry recall (``recall/heads/carriers``: how many);
+    - per carrier, ``.../blind_by``: the distance of the nearest point where it gives every episode's fact exactly 0
+      weight, and ``.../exact_at_blind_by``: the recall there;
+    - per point, ``carriers_blind`` / ``carriers_near_blind`` / ``carriers_reachable``: shares of episodes whose
+      fact every carrier gives exactly 0 weight / less than ``NEAR_BLIND`` / some carrier gives more;
+    - per point beyond the window, ``exact_capped``: ``exact`` with every head's bias beyond the window's farthest
+      key held at its value there (the eager backend): what returns was lost to the bias.
+
+    and ``recall/slope/head{h}``, the slopes of learnable ALiBi heads, to follow them over training. ``results_fields``
+    holds what ``ResultsFile`` adds to ``results.json``: ``episode_seed`` and ``episode_sets`` (point -> sha256 of
+    its episodes' token ids), so runs can be checked to have answered the same episodes or others.
     """
 
     def __init__(
@@ -41,6 +85,8 @@ class EpisodeRecall(PeriodicEvaluation):
         distances: list[float] = (),
         samples: int = 32,
         batch_size: int = 16,
+        seed: int | None = None,
+        attribution: bool = False,
     ) -> None:
         if samples < 1 or batch_size < 1 or not (gaps or distances) or any(d <= 0 for d in distances):
             raise ValueError(
@@ -49,8 +95,9 @@ class EpisodeRecall(PeriodicEvaluation):
             )
         super().__init__(every_n_steps)
         self.gaps, self.distances = list(gaps), list(distances)
-        self.samples, self.batch_size = samples, batch_size
-        self._episodes: dict[str, list] = {}
+        self.samples, self.batch_size, self.seed, self.attribution = samples, batch_size, seed, attribution
+        self._episodes: dict[tuple[str, int], list[Episode]] = {}
+        self.results_fields: dict = {}
 
     def points(self, seq_len: int) -> dict[str, dict[str, int]]:
         """Tag name -> ``recall_samples`` argument: ``{"gap8": {"gap": 8}, "distance2x": {"distance": 128}}``."""
@@ -60,36 +107,57 @@ class EpisodeRecall(PeriodicEvaluation):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Build the episodes now: a gap the window cannot hold fails before training, not at the first evaluation."""
+        seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+        self._episode_seed = trainer.strategy.broadcast(seed, src=0)
+        sets = {}
         for name, where in self.points(trainer.datamodule.seq_len).items():
             try:
-                self.episodes(trainer, name, where)
+                sets[name] = episode_set(self.episodes(trainer, name, where))
             except ValueError as error:
                 raise ValueError(f"EpisodeRecall {name}: {error}") from None
+        self.results_fields = {"episode_seed": self._episode_seed, "episode_sets": sets}
+        if self.attribution and not self._in_window(trainer, self.points(trainer.datamodule.seq_len)):
+            raise ValueError(
+                "EpisodeRecall attribution ablates heads at an in-window point: add a gap or a distance < 1"
+            )
 
-    def episodes(self, trainer: L.Trainer, name: str, where: dict[str, int]) -> list:
-        if name not in self._episodes:
+    def _in_window(self, trainer: L.Trainer, names) -> list[str]:
+        """The points among ``names`` whose every episode fits a training window."""
+        seq_len = trainer.datamodule.seq_len
+        return [n for n in names if max(e.sample.length for e in self._episodes[(n, self._episode_seed)]) <= seq_len]
+
+    def episodes(self, trainer: L.Trainer, name: str, where: dict[str, int]) -> list[Episode]:
+        key = (name, self._episode_seed)
+        if key not in self._episodes:
             data = trainer.datamodule
             writer = EpisodeWriter(data.retrieval_mix or RetrievalMix(), data.tokenizer.backend_tokenizer, data.seq_len)
             text = max(self.samples * data.seq_len, where.get("distance", 0) + data.seq_len)
             haystack = data.heldout_tokens(text).tolist()
-            self._episodes[name] = recall_samples(
-                writer, haystack, data.tokenizer.eos_token_id, data.seq_len, self.samples, **where
+            self._episodes[key] = recall_samples(
+                writer, haystack, data.tokenizer.eos_token_id, data.seq_len, self.samples, seed=key[1], **where
             )
-        return self._episodes[name]
+        return self._episodes[key]
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> dict | None:
         if not trainer.is_global_zero:
             return None
-        decoder, scalars = pl_module.decoder, {}
+        decoder, scalars, measured = pl_module.decoder, {}, {}
         with evaluating(pl_module), torch.no_grad(), trainer.precision_plugin.forward_context():
             for name, where in self.points(trainer.datamodule.seq_len).items():
                 episodes = self.episodes(trainer, name, where)
-                scores = score_samples(decoder, trainer.datamodule.tokenizer, [s for s, _ in episodes], self.batch_size)
+                samples = [e.sample for e in episodes]
+                scores = score_samples(decoder, trainer.datamodule.tokenizer, samples, self.batch_size)
                 exact = torch.tensor([s.exact for s in scores])
                 paths = self._answer_paths(decoder, episodes, pl_module.device, autocast_dtype(trainer))
+                measured[name] = Measured(episodes, exact, paths)
                 tag = f"{prefix}recall/{name}"
                 scalars[f"{tag}/exact"] = exact.float().mean().item()
-                scalars[f"{tag}/distance"] = sum(s.answer_start - at for s, at in episodes) / len(episodes)
+                scalars[f"{tag}/episodes"] = len(episodes)
+                scalars[f"{tag}/baseline"] = top_share(s.answer for s in samples)
+                scalars[f"{tag}/constant_answer"] = float(top_share(s.predicted for s in scores) >= CONSTANT)
+                scalars[f"{tag}/distance"] = measured[name].distance
+                scalars[f"{tag}/length"] = max(s.length for s in samples)
+                scalars[f"{tag}/in_window"] = float(scalars[f"{tag}/length"] <= trainer.datamodule.seq_len)
                 scalars[f"{tag}/blind"] = paths.blind.float().mean().item()
                 scalars[f"{tag}/unreachable"] = (~paths.reachable).float().mean().item()
                 scalars[f"{tag}/failed_blind"] = (~exact & paths.blind).float().mean().item()
@@ -97,26 +165,52 @@ class EpisodeRecall(PeriodicEvaluation):
                 for layer, weights in enumerate(paths.weights.double().mean(0).tolist()):
                     for head, value in enumerate(weights):
                         scalars[f"{tag}/weight/layer{layer}/head{head}"] = value
-        for component in decoder.position:
-            if getattr(component, "learnable", False):
-                for head, slope in enumerate(component.slopes.tolist()):
-                    scalars[f"{prefix}recall/slope/head{head}"] = slope
+            if self.attribution:
+                scalars.update(self._attribute(trainer, decoder, measured, prefix))
+        for name, values in decoder.position.learned_head_parameters().items():
+            for head, value in enumerate(values.tolist() if values.dim() == 1 else []):
+                scalars[f"{prefix}recall/{name}/head{head}"] = value
         log_scalars(trainer, pl_module, scalars, prefix)
         return scalars
 
-    def _answer_paths(self, decoder, episodes: list, device, dtype: torch.dtype) -> AnswerPaths:
-        """The answer paths of every episode, in the episodes' order (batched by length)."""
-        by_length = defaultdict(list)
-        for index, (sample, _) in enumerate(episodes):
-            by_length[sample.length].append(index)
+    def _attribute(self, trainer: L.Trainer, decoder, measured: dict[str, Measured], prefix: str) -> dict[str, float]:
+        """The attribution scalars (see the class docstring) from the points already measured."""
+        tokenizer, seq_len, scalars = trainer.datamodule.tokenizer, trainer.datamodule.seq_len, {}
+        inside = self._in_window(trainer, measured)
+        near = max(inside, key=lambda n: measured[n].distance)
+        costs = ablation_costs(decoder, tokenizer, measured[near].episodes, self.batch_size)
+        carriers = costs >= CARRIES
+        tag = f"{prefix}recall/heads"
+        scalars[f"{tag}/ablation_distance"] = measured[near].distance
+        scalars[f"{tag}/carriers"] = int(carriers.sum())
+        for layer, row in enumerate(costs.tolist()):
+            for head, cost in enumerate(row):
+                scalars[f"{tag}/layer{layer}/head{head}/ablation_cost"] = cost
+        by_distance = sorted(measured.values(), key=lambda m: m.distance)
+        for layer, head in carriers.nonzero().tolist():
+            blind = next((m for m in by_distance if (m.paths.weights[:, layer, head] == 0).all()), None)
+            if blind is not None:
+                scalars[f"{tag}/layer{layer}/head{head}/blind_by"] = blind.distance
+                scalars[f"{tag}/layer{layer}/head{head}/exact_at_blind_by"] = blind.exact.float().mean().item()
+        for name, point in measured.items():
+            if carriers.any():
+                for kind, share in carrier_classes(point.paths.weights, carriers, NEAR_BLIND).items():
+                    scalars[f"{prefix}recall/{name}/carriers_{kind}"] = share.float().mean().item()
+            if name not in inside:
+                with capped_bias(decoder, seq_len - 1):
+                    capped = recall(decoder, tokenizer, point.episodes, self.batch_size)
+                scalars[f"{prefix}recall/{name}/exact_capped"] = capped.float().mean().item()
+        return scalars
+
+    def _answer_paths(self, decoder, episodes: list[Episode], device, dtype: torch.dtype) -> AnswerPaths:
+        """The answer paths of every episode, in the episodes' order (batched by length): from the query that
+        predicts the answer's first content token to the fact's."""
         weights, reachable = [None] * len(episodes), [None] * len(episodes)
-        for indices in by_length.values():
-            for start in range(0, len(indices), self.batch_size):
-                batch = indices[start : start + self.batch_size]
-                tokens = torch.stack([episodes[i][0].tokens for i in batch]).to(device)
-                queries = torch.tensor([episodes[i][0].answer_start - 1 for i in batch], device=device)
-                facts = torch.tensor([episodes[i][1] for i in batch], device=device)
-                paths = answer_paths(decoder, tokens, queries, facts, dtype)
-                for row, i in enumerate(batch):
-                    weights[i], reachable[i] = paths.weights[row], paths.reachable[row]
+        for batch in length_batches(episodes, self.batch_size):
+            tokens = torch.stack([episodes[i].sample.tokens for i in batch]).to(device)
+            queries = torch.tensor([episodes[i].answer - 1 for i in batch], device=device)
+            facts = torch.tensor([episodes[i].fact for i in batch], device=device)
+            paths = answer_paths(decoder, tokens, queries, facts, dtype)
+            for row, i in enumerate(batch):
+                weights[i], reachable[i] = paths.weights[row], paths.reachable[row]
         return AnswerPaths(torch.stack(weights), torch.stack(reachable))

@@ -1,12 +1,15 @@
 """Teacher-forced scoring: one forward pass per batch, no sampling.
 
-At every answer position the argmax is compared with the answer token: all equal is an exact match (the same
-verdict greedy decoding would give) and the decoded predictions give per-digit accuracy.
+At every answer position the argmax is compared with the answer token, and the argmax after the answer's last token
+must not go on with the number (a digit with no space before it: ``57`` is no answer to ``5``): both hold for an
+exact match, the verdict greedy decoding and a string match would give. The decoded predictions give per-digit
+accuracy, and how constant a model's answers are.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -19,8 +22,9 @@ from blindheads.evaluation.prompts import RetrievalSample
 @dataclass(frozen=True)
 class Score:
     sample: RetrievalSample
-    exact: bool
+    exact: bool  # every answer token predicted, then no digit that would lengthen the number
     digits: float  # share of answer characters the teacher-forced prediction gets right
+    predicted: str  # the teacher-forced answer, as text
 
 
 @torch.no_grad()
@@ -36,13 +40,21 @@ def score_samples(decoder, tokenizer, samples: list[RetrievalSample], batch_size
             batch = group[i : i + batch_size]
             hidden = decoder.hidden_states(torch.stack([s.tokens for s in batch]).to(device))
             for row, sample in enumerate(batch):
-                positions = torch.arange(sample.answer_start - 1, length - 1, device=device)
-                predicted = decoder.lm_head(hidden[row, positions]).argmax(-1).cpu()
-                exact = bool(torch.equal(predicted, sample.answer_tokens))
-                text = tokenizer.decode(predicted.tolist()).strip()
+                positions = torch.arange(sample.answer_start - 1, length, device=device)  # the answer, then after it
+                *predicted, after = decoder.lm_head(hidden[row, positions]).argmax(-1).tolist()
+                ends = not tokenizer.decode([after])[:1].isdigit()
+                exact = predicted == sample.answer_tokens.tolist() and ends
+                text = tokenizer.decode(predicted).strip()
                 digits = sum(a == b for a, b in zip(text, sample.answer)) / len(sample.answer)
-                scores.append(Score(sample, exact, digits))
+                scores.append(Score(sample, exact, digits, text))
     return scores
+
+
+def top_share(values: Iterable) -> float:
+    """The share of the most common value: among the answers, the score of always giving the most common one (the
+    baseline an accuracy must beat); among the predictions, how constant a model's answers are."""
+    counts = Counter(values)
+    return max(counts.values()) / counts.total()
 
 
 @torch.no_grad()

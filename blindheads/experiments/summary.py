@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
 from blindheads.evaluation.report import PREDICTED  # each head's predicted blind distance, materialized
+from blindheads.experiments.comparisons import write_comparisons
 from blindheads.experiments.runner import provenance, write_json
 
 COLUMNS = {  # summary column -> test metric
@@ -40,6 +41,9 @@ BY_DISTANCE = {  # recall_by_distance.csv column -> EpisodeRecall's tag
     "unreachable_share": "unreachable",
     "failed_blind": "failed_blind",
     "failed_reachable": "failed_reachable",
+    "baseline": "baseline",  # the most common answer's share: what a constant answer scores
+    "constant_answer": "constant_answer",  # 1: one predicted answer for nearly every episode
+    "length": "length",  # the longest episode's tokens
 }
 
 
@@ -132,10 +136,11 @@ def predicted_blind_distances(records: list[dict]) -> dict[str, list[float]]:
 
 def distance_markdown(table: pd.DataFrame) -> str:
     """Setup x distance: exact recall and, beside it, the share of episodes whose fact was blind (mean ± half the
-    range over seeds)."""
+    range over seeds), marked where a seed answered one constant; each column names its episodes' length and
+    whether they fit the training window, and a last row gives the best constant answer's score."""
     factors = sorted(table["factor"].unique())
     window = int(table["window"].iloc[0])
-    head = " | ".join(f"{f:g}x ({round(f * window)})" for f in factors)
+    head = " | ".join(_distance_column(f, window, table[table["factor"] == f]["length"].max()) for f in factors)
     lines = [
         f"Exact recall (blind share) by answer distance, as a multiple of the {window}-token window (tokens):",
         "",
@@ -146,11 +151,23 @@ def distance_markdown(table: pd.DataFrame) -> str:
         cells = []
         for factor in factors:
             at = frame[frame["factor"] == factor]
-            exact, blind = at["exact"], at["blind_share"]
+            exact, blind, constant = at["exact"], at["blind_share"], (at["constant_answer"] == 1).sum()
             spread = (exact.max() - exact.min()) / 2
-            cells.append(f"{exact.mean():.2f} ± {spread:.2f} ({blind.mean():.2f})")
+            mark = f" [one answer: {constant}/{len(at)} seeds]" if constant else ""
+            cells.append(f"{exact.mean():.2f} ± {spread:.2f} ({blind.mean():.2f}){mark}")
         lines.append(f"| {setup} | {frame['seed'].nunique()} | " + " | ".join(cells) + " |")
+    if table["baseline"].notna().any():
+        baselines = [table[table["factor"] == f]["baseline"].mean() for f in factors]
+        lines.append("| best constant answer | | " + " | ".join(f"{b:.2f}" for b in baselines) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _distance_column(factor: float, window: int, length: float) -> str:
+    """``1x (64)``; with the episodes' length known, ``1x (64; 78-token episodes, beyond the window)``."""
+    if pd.isna(length):
+        return f"{factor:g}x ({round(factor * window)})"
+    where = "in" if length <= window else "beyond"
+    return f"{factor:g}x ({round(factor * window)}; {length:.0f}-token episodes, {where} the window)"
 
 
 def plot_recall_by_distance(out: Path, table: pd.DataFrame, predicted: dict[str, list[float]]) -> None:
@@ -197,7 +214,7 @@ def by_setup(runs: pd.DataFrame) -> pd.DataFrame:
     order = list(dict.fromkeys(runs["setup"]))
     values = runs.drop(columns=["seed", "step"]).groupby("setup", sort=False)
     mean, spread = values.mean(), (values.max() - values.min()) / 2
-    table = mean.join(spread, rsuffix="_spread").reindex(order)
+    table = mean.join(spread.add_suffix("_spread")).reindex(order)
     table.insert(0, "seeds", runs.groupby("setup", sort=False)["seed"].count().reindex(order))
     return table
 
@@ -321,6 +338,7 @@ def write_summary(
         "span_s": span,  # from the first run's first log to the last results file: the grid's wall time
     }
     write_json(out / "results.json", {**record, "runs": records})
+    write_comparisons(out, records)  # where the runs measured recall per point: paired differences and verdicts
     return table
 
 
