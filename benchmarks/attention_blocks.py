@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from blindheads.modules import backends
 from blindheads.modules.position import build_position
+from blindheads.numerics import apply_threshold
 
 
 def main() -> None:
@@ -22,7 +23,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds; the first warms up")
     args = parser.parse_args()
-    torch.set_flush_denormal(True)  # as `blindheads fit` runs on the CPU
+    apply_threshold("normal")  # as `blindheads fit` runs on the CPU
     torch.manual_seed(0)
     length, device, weights = args.length, torch.device("cpu"), backends.AttentionWeights(torch.float32)
     q, k, v = (torch.randn(2, 9, length, 64, requires_grad=True) for _ in range(3))

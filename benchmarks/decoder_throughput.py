@@ -17,6 +17,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from blindheads.modules import Decoder, DecoderConfig
+from blindheads.numerics import apply_threshold
 
 LLAMA = "transformers LlamaForCausalLM"
 SETUPS = [
@@ -87,8 +88,7 @@ def main() -> None:
         help="do not flush subnormals (blindheads fit flushes them; CPU arithmetic on them is slow)",
     )
     args = parser.parse_args()
-    if not args.keep_subnormals:
-        torch.set_flush_denormal(True)  # before any thread starts: new threads inherit the flag
+    apply_threshold("subnormal" if args.keep_subnormals else "normal")  # before any thread starts
     torch.manual_seed(0)
     shape = {"num_layers": args.layers, "context_length": max(args.length, 2048), "attention": args.attention}
     tokens = torch.randint(0, 49152, (args.batch, args.length))

@@ -13,8 +13,18 @@ kernel subtracts before it rounds. Two kernels, two definitions (``softmax``):
 
 Fused kernels compute logits in float32, so there the bias is not rounded to ``dtype``; only the weights are.
 
-The closed form inverts every stage of the stack (the components hold their own inverses); stacks without one are
-bisected on the monotone bias.
+How the distance is found depends on what the stack declares (``blindheads.modules.position.base``):
+
+- every stage invertible: the closed form, stage by stage;
+- a bias that never rises with distance (``monotone``) without an inverse: bisection;
+- a bias that may rise again (a learned T5 table, FIRE's MLP): a scan of every distance up to the context. Its
+  ``blind_distance`` is the *first* distance at which a bias-only weight is zero: every nearer key is sighted, but
+  farther ones may be sighted again, so its underflow shares count the zero weights themselves
+  (``BlindnessReport.monotone`` says which reading applies).
+
+A bias that depends on the query's position (FIRE) is evaluated for the context's last query (position
+``context - 1``), the row whose normaliser the ``materialized`` definition takes; its all-pairs share counts every
+row as that one.
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ from blindheads.modules.position.base import INVERSES, PositionStack, overrides
 from blindheads.numerics import check_threshold, resolve_dtype, rounding_boundary, tau
 
 SOFTMAXES = ("fused", "materialized")
-NORMALISER_CHUNK = 2**16  # distances per chunk of the normaliser's log-sum-exp: memory stays bounded
+NORMALISER_CHUNK = 2**16  # distances per chunk of the normaliser's log-sum-exp and of the scan: memory stays bounded
+MAX_CHUNKS = 512  # beyond 2^25 keys a bias is neither summed nor scanned key by key
 
 
 def on_cpu(stack: PositionStack) -> PositionStack:
@@ -46,36 +57,55 @@ def check_softmax(softmax: str) -> str:
     return softmax
 
 
-def bias_only_logits(stack: PositionStack, distances: Tensor, heads: Tensor | None = None) -> Tensor:
+def bias_only_logits(
+    stack: PositionStack, distances: Tensor, heads: Tensor | None = None, query: int | None = None
+) -> Tensor:
     """The logit at q.k = 0 of keys at ``distances``, float64 on the CPU: per head and distance (heads, n) for
-    distances (n,), or of head ``heads[i]`` at ``distances[i]`` when ``heads`` is given. Windows are not applied."""
+    distances (n,), or of head ``heads[i]`` at ``distances[i]`` when ``heads`` is given. Windows are not applied.
+    ``query``: the query's position, which only a ``query_dependent`` stack needs."""
+    if query is None and stack.query_dependent:
+        raise ValueError("this position bias depends on the query's position: give the context length")
     d = distances.to(torch.float64)
     h = torch.arange(stack.num_heads)[:, None] if heads is None else heads
     d = d.expand(stack.num_heads, -1) if heads is None else d
-    return stack.logit(torch.zeros((), dtype=torch.float64), stack.bias_of_distance(d, h))
+    q = None if query is None else torch.tensor(float(query), dtype=torch.float64)
+    return stack.logit(torch.zeros((), dtype=torch.float64), stack.bias_of_distance(d, h, q))
+
+
+def _chunks(stack: PositionStack, context: int, refusal: str):
+    """Distances ``0 .. context - 1``, ``NORMALISER_CHUNK`` at a time. Past ``MAX_CHUNKS`` chunks it raises
+    ``refusal``: at once for a stack that is not ``monotone`` (every chunk would be needed), else when it gets
+    there (a monotone sum usually stops long before)."""
+    limit = MAX_CHUNKS * NORMALISER_CHUNK
+    if not stack.monotone and context > limit:
+        raise ValueError(f"a bias that may rise with distance is read key by key, up to {limit} keys: {refusal}")
+    for start in range(0, context, NORMALISER_CHUNK):
+        if start >= limit:
+            raise ValueError(refusal)
+        yield torch.arange(start, min(start + NORMALISER_CHUNK, context), dtype=torch.float64)
 
 
 @torch.no_grad()
-def log_normaliser(stack: PositionStack, context: int, max_chunks: int = 512) -> Tensor:
-    """Per head, ``ln Z``: the log-sum-exp of the bias-only logits of keys at distances ``0 .. context - 1``.
+def log_normaliser(stack: PositionStack, context: int) -> Tensor:
+    """Per head, ``ln Z``: the log-sum-exp of the bias-only logits of the last query's keys, at distances
+    ``0 .. context - 1``.
 
-    Summed in chunks of distances (bounded memory). The bias-only logit falls with distance, so every later key
-    weighs at most what the chunk's last key does: once ``context`` such keys could not change the sum in float64,
-    it stops. A bias that falls too slowly to
-    converge within ``max_chunks`` chunks (log distances at long contexts) is refused rather than left running.
+    Summed in chunks of distances (bounded memory). A ``monotone`` bias-only logit falls with distance, so every
+    later key weighs at most what the chunk's last key does: once ``context`` such keys could not change the sum in
+    float64, it stops. Any other bias is summed to the end. A sum that needs more than ``MAX_CHUNKS`` chunks (log
+    distances at long contexts) is refused rather than left running.
     """
     stack, total = on_cpu(stack), torch.full((stack.num_heads,), -math.inf, dtype=torch.float64)
-    for chunk, start in enumerate(range(0, context, NORMALISER_CHUNK)):
-        d = torch.arange(start, min(start + NORMALISER_CHUNK, context), dtype=torch.float64)
-        logits = bias_only_logits(stack, d).masked_fill(d >= stack.window(), -math.inf)
+    refusal = (
+        f"the materialized normaliser does not converge within {MAX_CHUNKS * NORMALISER_CHUNK} keys for this bias; "
+        f"use --softmax fused or a context below {context}"
+    )
+    for d in _chunks(stack, context, refusal):
+        logits = bias_only_logits(stack, d, query=context - 1).masked_fill(d >= stack.window(), -math.inf)
         total = torch.logaddexp(total, torch.logsumexp(logits, dim=-1))
-        if (math.log(context) + logits[:, -1] - total < math.log(torch.finfo(torch.float64).eps)).all():
+        settled = math.log(context) + logits[:, -1] - total < math.log(torch.finfo(torch.float64).eps)
+        if stack.monotone and settled.all():
             break
-        if chunk + 1 == max_chunks:
-            raise ValueError(
-                f"the materialized normaliser does not converge within {max_chunks * NORMALISER_CHUNK} "
-                f"keys for this bias; use --softmax fused or a context below {context}"
-            )
     return total
 
 
@@ -87,25 +117,58 @@ def effective_tau(stack: PositionStack, context: int, dtype: str, threshold: str
     return -rounding_boundary(log_normaliser(stack, context) - threshold_tau, dtype)
 
 
+def _target(stack: PositionStack, tau: float | Tensor) -> Tensor:
+    return -torch.as_tensor(tau, dtype=torch.float64).expand(stack.num_heads)
+
+
 @torch.no_grad()
-def blind_distances(stack: PositionStack, tau: float | Tensor, search: bool = False) -> Tensor:
+def blind_distances(
+    stack: PositionStack, tau: float | Tensor, search: bool = False, context: int | None = None
+) -> Tensor:
     """Per head, the distance beyond which the bias-only logit is below ``-tau``; ``inf`` for a head never blind.
 
-    Closed form unless a component has no inverse or ``search=True``; then a bisection on the monotone bias. A
-    sliding window caps the result. ``tau`` may be one value or one per head (``effective_tau``).
+    A ``monotone`` stack: the closed form unless a component has no inverse or ``search=True``, then a bisection.
+    Any other stack: the first integer distance below ``-tau`` of a scan over the last query's ``context`` keys
+    (see the module docstring; ``context`` is required, and by a ``query_dependent`` stack too). A sliding window
+    caps the result. ``tau`` may be one value or one per head (``effective_tau``).
     """
-    stack, target = on_cpu(stack), -torch.as_tensor(tau, dtype=torch.float64).expand(stack.num_heads)
-    distances = None if search else _closed_form(stack, target)
+    stack, target = on_cpu(stack), _target(stack, tau)
+    if not stack.monotone:
+        if context is None:
+            raise ValueError("a position bias that may rise with distance is scanned: give the context length")
+        return first_blind_key(blind_keys(stack, tau, context))
+    distances = None if search or stack.query_dependent else _closed_form(stack, target)
     if distances is None:
-        distances = _search(stack, target)
+        distances = _search(stack, target, None if context is None else context - 1)
     return distances.clamp_max(stack.window()).clamp_min(0)
+
+
+@torch.no_grad()
+def blind_keys(stack: PositionStack, tau: float | Tensor, context: int) -> Tensor:
+    """Per head and distance ``0 .. context - 1`` of the last query's row, whether the key's weight is zero: its
+    bias-only logit is below ``-tau``, or a window masks it. (heads, context) booleans."""
+    stack, target = on_cpu(stack), _target(stack, tau)
+    refusal = f"scan a context of at most {MAX_CHUNKS * NORMALISER_CHUNK} keys, not {context}"
+    return torch.cat(
+        [
+            (bias_only_logits(stack, d, query=context - 1) < target[:, None]) | (d >= stack.window())
+            for d in _chunks(stack, context, refusal)
+        ],
+        dim=-1,
+    )
+
+
+def first_blind_key(blind: Tensor) -> Tensor:
+    """Per head, the first distance whose key is blind in a (heads, distances) mask; ``inf`` where none is."""
+    first = blind.to(torch.uint8).argmax(-1).to(torch.float64)
+    return torch.where(blind.any(-1), first, math.inf)
 
 
 def predicted_blind_distances(
     stack: PositionStack, context: int, dtype: str | torch.dtype, threshold: str, softmax: str = "fused"
 ) -> Tensor:
     """Per head, where the bias alone makes weights exactly zero, for one context, dtype, threshold and softmax."""
-    return blind_distances(stack, effective_tau(stack, context, dtype, threshold, softmax))
+    return blind_distances(stack, effective_tau(stack, context, dtype, threshold, softmax), context=context)
 
 
 def _closed_form(stack: PositionStack, target: Tensor) -> Tensor | None:
@@ -132,14 +195,15 @@ def _closed_form(stack: PositionStack, target: Tensor) -> Tensor | None:
 
 
 @torch.no_grad()
-def _search(stack: PositionStack, target: Tensor, steps: int = 200) -> Tensor:
-    """Bisection on ``u = ln(1 + d)``, so one search covers every distance a float64 can hold."""
+def _search(stack: PositionStack, target: Tensor, query: int | None, steps: int = 200) -> Tensor:
+    """Bisection of a monotone bias on ``u = ln(1 + d)``, so one search covers every distance a float64 can hold;
+    ``query``: the query's position, for a ``query_dependent`` stack."""
     low = torch.zeros(stack.num_heads, dtype=torch.float64)
     high = torch.full_like(low, math.log(torch.finfo(torch.float64).max))
     heads = torch.arange(stack.num_heads)
 
     def below(u: Tensor) -> Tensor:
-        return bias_only_logits(stack, u.expm1(), heads) < target
+        return bias_only_logits(stack, u.expm1(), heads, query) < target
 
     reachable = below(high)
     for _ in range(steps):
@@ -172,7 +236,7 @@ def underflow_all_pairs(distance: Tensor, context: int) -> Tensor:
 
 @dataclass
 class HeadBlindness:
-    slope: float | None
+    slope: float | None  # the head's ALiBi slope, where its stack has one
     blind_distance: float
     underflow_last_query: float
     underflow_all_pairs: float
@@ -180,7 +244,11 @@ class HeadBlindness:
 
 @dataclass
 class BlindnessReport:
-    """Per-head blindness of a position stack at one context length, dtype, threshold mode and softmax."""
+    """Per-head blindness of a position stack at one context length, dtype, threshold mode and softmax.
+
+    ``monotone``: whether the stack's bias never rises with distance, so every key beyond ``blind_distance`` is
+    blind; if not, ``blind_distance`` is the first blind key and the shares count the zero weights themselves.
+    """
 
     tau: float
     dtype: str
@@ -190,6 +258,7 @@ class BlindnessReport:
     heads: list[HeadBlindness]
     underflow_last_query: float
     underflow_all_pairs: float
+    monotone: bool
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -200,9 +269,16 @@ def blindness_report(
 ) -> BlindnessReport:
     """Tau, per-head blindness distances and underflow shares, and their averages over heads."""
     check_threshold(threshold)
-    distances = predicted_blind_distances(stack, context, dtype, threshold, softmax)
-    last, pairs = underflow_last_query(distances, context), underflow_all_pairs(distances, context)
-    slopes = next((c.slopes.tolist() for c in stack if hasattr(c, "slopes")), [None] * stack.num_heads)
+    if stack.monotone:
+        distances = predicted_blind_distances(stack, context, dtype, threshold, softmax)
+        last, pairs = underflow_last_query(distances, context), underflow_all_pairs(distances, context)
+    else:
+        blind = blind_keys(stack, effective_tau(stack, context, dtype, threshold, softmax), context)
+        distances, last = first_blind_key(blind), blind.double().mean(-1)
+        pairs_at_distance = context - torch.arange(context, dtype=torch.float64)
+        pairs = (blind * pairs_at_distance).sum(-1) / (float(context) * (context + 1) / 2)
+    slopes = next((c.head_parameters()["slope"].tolist() for c in stack if "slope" in c.head_parameters()), None)
+    slopes = slopes or [None] * stack.num_heads
     heads = [
         HeadBlindness(slope, float(dist), float(lq), float(ap))
         for slope, dist, lq, ap in zip(slopes, distances, last, pairs)
@@ -216,4 +292,5 @@ def blindness_report(
         heads=heads,
         underflow_last_query=float(last.mean()),
         underflow_all_pairs=float(pairs.mean()),
+        monotone=stack.monotone,
     )

@@ -8,7 +8,7 @@ import torch
 from blindheads.blindness import blind_distances, blindness_report, underflow_all_pairs, underflow_last_query
 from blindheads.modules.backends import AttentionWeights, eager_attention
 from blindheads.modules.position import build_position
-from blindheads.numerics import DTYPES, flushing_subnormals, measure_tau, tau
+from blindheads.numerics import DTYPES, apply_threshold, flushing_subnormals, measure_tau, tau
 
 
 def test_tau_values():
@@ -41,10 +41,20 @@ def test_flushing_subnormals_gives_the_normal_threshold(dtype):
     assert measure_tau(dtype) > tau(dtype, "normal") + 10  # restored afterwards
 
 
-@pytest.mark.parametrize("backend", ["eager", "sdpa"])
-def test_measure_tau_returns_the_zero_boundary(backend):
-    measured = measure_tau("float32", backend=backend)
-    assert 80 < measured < 110
+@pytest.mark.parametrize(
+    "dtype, backend, regime",
+    [
+        ("float32", "eager", "subnormal"),
+        ("float32", "sdpa", "subnormal"),
+        ("bfloat16", "eager", "subnormal"),  # its softmax runs in float32, which keeps them
+        ("bfloat16", "sdpa", "normal"),  # CPU SDPA's bfloat16 kernel flushes them
+    ],
+)
+def test_measure_tau_tells_which_regime_each_cpu_kernel_is_in(dtype, backend, regime):
+    """The two regimes' zero edges lie 5-17 nats apart; the bfloat16 gap is resolved to 0.5 (its spacing there)."""
+    apply_threshold("subnormal")  # the process default, which an in-process CLI earlier in this worker changes
+    measured = measure_tau(dtype, backend=backend)
+    assert measured == pytest.approx(tau(dtype, regime), abs=0.5 if dtype == "bfloat16" else 1e-4)
 
 
 @pytest.mark.parametrize("bad, message", [({"dtype": "int8"}, "valid: float64"), ({"backend": "cuda"}, "valid: eager")])

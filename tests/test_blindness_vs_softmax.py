@@ -52,6 +52,12 @@ PAPER_SPECS = [
 
 def reference_zeros(stack, context, dtype, threshold, softmax, scores=None):
     """Per head, how many of the last query's ``context`` weights a real softmax makes exactly zero."""
+    return reference_zero_mask(stack, context, dtype, threshold, softmax, scores).sum(-1)
+
+
+def reference_zero_mask(stack, context, dtype, threshold, softmax, scores=None):
+    """Per head and key of the last query's row (key positions 0 .. context - 1), whether a real softmax's weight
+    is exactly zero."""
     dt = getattr(torch, dtype)
     with torch.no_grad(), flushing_subnormals() if threshold == "normal" else nullcontext():
         logits = stack.dense_bias(1, context, "cpu")[:, 0]
@@ -62,7 +68,7 @@ def reference_zeros(stack, context, dtype, threshold, softmax, scores=None):
         else:
             wide = logits.to(torch.promote_types(dt, torch.float32))
             weights = torch.exp(wide - wide.max(-1, keepdim=True).values).to(dt)
-        return (weights == 0).sum(-1)
+        return weights == 0
 
 
 def predicted_zeros(stack, context, dtype, threshold, softmax):

@@ -20,10 +20,13 @@ class GradientBlindness(PeriodicEvaluation):
     - ``grad_zero_given_nonzero_weight/...``: gradient blindness beyond weight blindness;
     - ``grad_blind_distance/...`` beside ``weight_blind_distance_1x/...``;
 
-    and with learnable slopes, per head, ``slope_grad/head{h}`` (the loss gradient of each log-slope),
-    ``slope_grad_beyond_blind/head{h}`` (the part that comes from keys at or beyond the head's predicted blindness
-    distance, materialized, training length) and ``slope_grad_beyond_blind_share/head{h}``
-    (``|beyond| / (|beyond| + |within|)``). Rank 0 measures; the other ranks wait at their next collective.
+    and for each learned head parameter ``P`` of the position stack (``slope`` of learnable ALiBi, ``r1`` and ``r2``
+    of KERPLE, a T5 ``table``, FIRE's ``out_weight`` and ``out_bias``), per head, ``P_grad/head{h}`` (the loss
+    gradient of the trained parameter behind it, e.g. ALiBi's log-slope, summed over the head's entries),
+    ``P_grad_beyond_blind/head{h}`` (the part that comes from keys at or beyond the head's predicted blindness
+    distance, materialized, training length) and ``P_grad_beyond_blind_share/head{h}``
+    (``|beyond| / (|beyond| + |within|)``, entry by entry). Rank 0 measures; the other ranks wait at their next
+    collective.
     """
 
     def __init__(self, every_n_steps: int | None = 500, batch_size: int = 1) -> None:
@@ -51,7 +54,7 @@ class GradientBlindness(PeriodicEvaluation):
                 loss = F.cross_entropy(decoder.lm_head(hidden).flatten(0, 1).float(), tokens[:, 1:].flatten())
             grads = torch.autograd.grad(loss, logits, retain_graph=True)
             self.statistics = [gradient_statistics(x, w, g) for x, w, g in zip(logits, weights, grads)]
-            self.slope_grad = slope_gradient(pl_module, logits, grads, length, dtype)
+            self.slope_grad = head_parameter_gradients(pl_module, logits, grads, length, dtype)
         scalars = {}
         for layer, stats in enumerate(self.statistics):
             per_head(scalars, f"{prefix}grad_zero_given_zero_weight/layer{layer}", stats.zero_given_zero_weight)
@@ -64,25 +67,45 @@ class GradientBlindness(PeriodicEvaluation):
         return scalars
 
 
-def slope_gradient(pl_module, logits, grads, length: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Each learnable log-slope's gradient, in total and from keys at or beyond its predicted blindness distance
-    (logits are the only path from the slopes to the loss, so back-propagating masked logit gradients splits it
-    exactly)."""
+def trained_behind(position) -> dict[str, torch.Tensor]:
+    """Head parameter name -> the trained tensor it is computed from entry by entry (same shape), e.g. ALiBi's
+    log-slopes behind ``slope``; a head parameter computed from shared parameters has none."""
+    trained = [p for p in position.parameters() if p.requires_grad]
+    behind = {}
+    for name, value in position.learned_head_parameters().items():
+        sources = torch.autograd.grad(value.sum(), trained, allow_unused=True) if value.requires_grad else []
+        for p, g in zip(trained, sources):
+            if g is not None and p.shape == value.shape:
+                behind[name] = p
+    return behind
+
+
+def head_parameter_gradients(pl_module, logits, grads, length: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Per head, each learned head parameter's gradient, in total and from keys at or beyond its predicted
+    blindness distance (logits are the only path from the position stack to the loss, so back-propagating masked
+    logit gradients splits it exactly)."""
     position = pl_module.decoder.position
-    learnable = [c for c in position if getattr(c, "learnable", False)]
-    if not learnable:
+    behind = trained_behind(position)
+    if not behind:
         return {}
-    log_slopes = learnable[0].log_slopes
+    device = next(iter(behind.values())).device
     predicted = first_blind_token(
         predicted_blind_distances(position, length, dtype, pl_module.config.threshold, "materialized")
     )
-    i = torch.arange(length, device=log_slopes.device)
-    beyond = ((i[:, None] - i[None, :]) >= predicted.to(log_slopes.device)[:, None, None]).to(grads[0].dtype)
-    total = torch.autograd.grad(logits, log_slopes, grads, retain_graph=True)[0]
-    far = torch.autograd.grad(logits, log_slopes, [g * beyond for g in grads])[0]
-    near = total - far
-    return {
-        "slope_grad": total.detach().double().cpu(),
-        "slope_grad_beyond_blind": far.detach().double().cpu(),
-        "slope_grad_beyond_blind_share": (far.abs() / (far.abs() + near.abs())).detach().double().cpu(),
-    }
+    i = torch.arange(length, device=device)
+    beyond = ((i[:, None] - i[None, :]) >= predicted.to(device)[:, None, None]).to(grads[0].dtype)
+    total = torch.autograd.grad(logits, list(behind.values()), grads, retain_graph=True)
+    far = torch.autograd.grad(logits, list(behind.values()), [g * beyond for g in grads])
+    result = {}
+    for name, all_of_it, beyond_blind in zip(behind, total, far):
+        all_of_it, beyond_blind = per_head_entries(all_of_it), per_head_entries(beyond_blind)
+        far_size, near_size = beyond_blind.abs().sum(-1), (all_of_it - beyond_blind).abs().sum(-1)
+        result[f"{name}_grad"] = all_of_it.sum(-1)
+        result[f"{name}_grad_beyond_blind"] = beyond_blind.sum(-1)
+        result[f"{name}_grad_beyond_blind_share"] = far_size / (far_size + near_size)
+    return result
+
+
+def per_head_entries(gradient: torch.Tensor) -> torch.Tensor:
+    """A gradient with the head first as (heads, entries), detached, in float64 on the CPU."""
+    return gradient.detach().reshape(len(gradient), -1).double().cpu()

@@ -55,11 +55,12 @@ def score_path(model: nn.Module) -> ScorePath:
             notes,
         )
     if kind == "blindheads":
-        alibi = [c for c in model.decoder.position if type(c).__name__ == "ALiBi"]
-        plain = len(alibi) == 1 and len(list(model.decoder.position)) == 1
+        components = list(model.decoder.position)
+        slopes = components[0].head_parameters().get("slope") if len(components) == 1 else None
+        plain = slopes is not None
         return ScorePath(
             "blindheads",
-            alibi[0].slopes.detach().cpu() if plain else None,
+            slopes.detach().cpu() if plain else None,
             "logits = q.k / sqrt(d) + bias; softmax in softmax_dtype (eager backend)",
             [] if plain else ["a stack other than plain ALiBi: measured only (blindheads blindness predicts it)"],
         )

@@ -17,6 +17,8 @@ class ALiBi(PositionComponent):
     ``threshold``. With ``learnable=True`` the log-slopes are trained (slopes stay positive).
     """
 
+    name = "alibi"
+
     def __init__(
         self,
         slopes: str | list[float] = "press",
@@ -52,6 +54,9 @@ class ALiBi(PositionComponent):
 
     def bias(self, d: Tensor, h: Tensor) -> Tensor:
         return -self.slopes[h] * d
+
+    def head_parameters(self) -> dict[str, Tensor]:
+        return {"slope": self.slopes}
 
     def inverse_bias(self, bias: Tensor, h: Tensor) -> Tensor:
         return -bias / self.slopes[h].to(bias.dtype)

@@ -5,27 +5,52 @@ identity. With ``d = q_idx - kv_idx`` (the distance back to the key) the stack c
 
     q, k   <- rotate(q, k)                          # RoPE
     d      <- distance(d)                           # log-scaled distances
-    bias   <- sum of bias(d, h)                     # ALiBi
+    bias   <- sum of bias_at(d, q_idx, h)           # ALiBi, KERPLE, T5 buckets: bias(d, h); FIRE: also q_idx
     bias   <- limit_bias(bias)                      # clamping
     logit  <- logits(scores(q.k / sqrt(D)) + bias)  # soft capping, before or after the bias
     masked <- not allowed(q_idx, kv_idx)            # causality, sliding windows
 
 The stage functions take broadcastable tensors, so one definition serves FlexAttention's ``score_mod`` (0-d index
 tensors) and the materialised bias of the SDPA and eager backends (index grids). For the blindness calculator each
-stage that changes the bias also has an inverse, so a head's blindness distance has a closed form
-(``blindheads.blindness`` composes them).
+stage that changes the bias may have an inverse, so a head's blindness distance has a closed form
+(``blindheads.blindness`` composes them). Without one the calculator bisects a bias that never rises with distance
+(``monotone``, the default) and scans every distance of the context for one that may (a learned table, an MLP).
+
+A component registers under its ``name`` when its class is defined, so a new bias is one file: a subclass with
+a ``name``, its ``bias`` (or ``bias_at``), ``monotone`` if it may rise, and ``head_parameters`` if it has any.
 """
 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
+COMPONENTS: dict[str, type[PositionComponent]] = {}  # name in a spec -> class, filled as subclasses are defined
+
 
 class PositionComponent(nn.Module):
-    """One piece of position handling. Subclasses override the stages they change and their inverses."""
+    """One piece of position handling. Subclasses override the stages they change and their inverses.
+
+    ``monotone``: whether the bias-only logit never rises with distance when this component is in the stack
+    (every stage of the builtin components keeps that but a learned bias table or MLP). ``name``: the name a spec
+    uses; a subclass that sets one is registered by it.
+    """
+
+    name: ClassVar[str] = ""
+    monotone: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if not name:
+            return
+        taken = COMPONENTS.get(name)
+        if taken is not None and _path(taken) != _path(cls):  # the same class defined again (a reload) replaces
+            raise ValueError(f"position component name {name!r} is taken by {_path(taken)}; choose another")
+        COMPONENTS[name] = cls
 
     def prepare(self, length: int, head_size: int, device: torch.device) -> None:
         """Cache what depends only on the sequence length (called once per forward, outside compiled blocks)."""
@@ -43,9 +68,19 @@ class PositionComponent(nn.Module):
         """The additive bias of head ``h`` for keys ``d`` back; ``None``: this component adds none."""
         return None
 
+    def bias_at(self, d: Tensor, q_idx: Tensor, h: Tensor) -> Tensor | None:
+        """The bias of head ``h`` for keys ``d`` back from queries at position ``q_idx``. Only a bias that depends
+        on where the query is (FIRE) overrides it; the others define ``bias``."""
+        return self.bias(d, h)
+
     def inverse_bias(self, bias: Tensor, h: Tensor) -> Tensor:
-        """The transformed distance at which this head's bias equals ``bias``."""
+        """The transformed distance at which this head's bias equals ``bias`` (optional: see the module docstring)."""
         raise NotImplementedError
+
+    def head_parameters(self) -> dict[str, Tensor]:
+        """Each head's parameters in the units of the bias formula, name -> tensor with the head first (reports
+        and monitors read them); learned ones are functions of the trained parameters. None for most stages."""
+        return {}
 
     def allowed(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor | None:
         return None
@@ -55,7 +90,16 @@ class PositionComponent(nn.Module):
         return math.inf
 
 
-INVERSES = {"distance": "inverse_distance", "limit_bias": "inverse_limit_bias", "logits": "inverse_logits"}
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+INVERSES = {
+    "distance": "inverse_distance",
+    "bias": "inverse_bias",
+    "limit_bias": "inverse_limit_bias",
+    "logits": "inverse_logits",
+}
 
 
 def overrides(component: PositionComponent, method: str) -> bool:
@@ -76,7 +120,17 @@ class PositionStack(nn.Module):
 
     @property
     def has_bias(self) -> bool:
-        return any(overrides(c, "bias") for c in self)
+        return any(overrides(c, "bias") or overrides(c, "bias_at") for c in self)
+
+    @property
+    def monotone(self) -> bool:
+        """Whether the bias-only logit never rises with distance, so its first zero is where every later key's is."""
+        return all(c.monotone for c in self)
+
+    @property
+    def query_dependent(self) -> bool:
+        """Whether the bias depends on the query's position as well as on the distance (FIRE)."""
+        return any(overrides(c, "bias_at") for c in self)
 
     @property
     def is_additive(self) -> bool:
@@ -91,6 +145,11 @@ class PositionStack(nn.Module):
     def window(self) -> float:
         return min((c.window() for c in self), default=math.inf)
 
+    def learned_head_parameters(self) -> dict[str, Tensor]:
+        """The ``head_parameters`` of every component that trains any parameter (what monitors follow)."""
+        learned = [c for c in self if any(p.requires_grad for p in c.parameters())]
+        return {name: value for c in learned for name, value in c.head_parameters().items()}
+
     def prepare(self, length: int, head_size: int, device: torch.device) -> None:
         for c in self:
             c.prepare(length, head_size, device)
@@ -100,13 +159,14 @@ class PositionStack(nn.Module):
             q, k = c.rotate(q, k)
         return q, k
 
-    def bias_of_distance(self, d: Tensor, h: Tensor) -> Tensor:
-        """The limited bias at (already causal, non-negative) distance ``d`` for head ``h``."""
+    def bias_of_distance(self, d: Tensor, h: Tensor, q_idx: Tensor | None = None) -> Tensor:
+        """The limited bias at (already causal, non-negative) distance ``d`` for head ``h`` and queries at
+        ``q_idx`` (needed only by a ``query_dependent`` stack)."""
         for c in self:
             d = c.distance(d)
         bias = torch.zeros_like(d)
         for c in self:
-            b = c.bias(d, h)
+            b = c.bias_at(d, q_idx, h)
             if b is not None:
                 bias = bias + b
         for c in self:
@@ -124,7 +184,7 @@ class PositionStack(nn.Module):
     def score_mod(self, score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         """FlexAttention's ``score_mod``; also applied to whole index grids by the other backends."""
         d = (q_idx - kv_idx).clamp_min(0).to(torch.float32)
-        return self.logit(score, self.bias_of_distance(d, h))
+        return self.logit(score, self.bias_of_distance(d, h, q_idx))
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         allowed = q_idx >= kv_idx

@@ -41,6 +41,8 @@ class Clamp(PositionComponent):
     head blind. An explicit ``floor`` replaces the derivation (``margin`` then does not apply).
     """
 
+    name = "clamp"
+
     def __init__(
         self,
         floor: float | None = None,

@@ -10,6 +10,8 @@ from blindheads.modules.position.base import PositionComponent
 class LogDistance(PositionComponent):
     """``d <- ln(1 + d)``: a head with slope m goes blind at ``exp(tau / m) - 1`` instead of ``tau / m``."""
 
+    name = "log_distance"
+
     def distance(self, d: Tensor) -> Tensor:
         return d.log1p()
 

@@ -5,3 +5,5 @@ from blindheads.modules.position.base import PositionComponent
 
 class NoPE(PositionComponent):
     """NoPE: ``logit = q.k / sqrt(D)``. Every hook is the identity."""
+
+    name = "nope"

@@ -1,8 +1,10 @@
 """Build a position stack from a short spec (``"alibi(wide)+clamp+log_distance"``) or from YAML entries.
 
-A YAML entry is a short spec string, ``{name: {kwargs}}``, or ``{class_path: ..., init_args: {...}}``. Facts
-the model knows (``num_heads``, ``context_length``, the training ``dtype`` and ``threshold`` mode) are passed to every
-component whose constructor takes them, unless the spec sets them.
+Components register themselves under their ``name`` (``base``); every module of this package is imported here, so a
+builtin component is one file. A YAML entry is a short spec string, ``{name: {kwargs}}``, or
+``{class_path: ..., init_args: {...}}``. Facts the model knows (``num_heads``, ``context_length``, the training
+``dtype`` and ``threshold`` mode) are passed to every component whose constructor takes them, unless the spec sets
+them.
 """
 
 from __future__ import annotations
@@ -11,28 +13,13 @@ import ast
 import importlib
 import inspect
 import os
+import pkgutil
 import re
 import sys
 from typing import Any
 
-from blindheads.modules.position.alibi import ALiBi
-from blindheads.modules.position.base import PositionComponent, PositionStack
-from blindheads.modules.position.clamp import Clamp
-from blindheads.modules.position.log_distance import LogDistance
-from blindheads.modules.position.nope import NoPE
-from blindheads.modules.position.rope import RoPE
-from blindheads.modules.position.sliding_window import SlidingWindow
-from blindheads.modules.position.soft_cap import SoftCap
-
-COMPONENTS: dict[str, type[PositionComponent]] = {
-    "nope": NoPE,
-    "rope": RoPE,
-    "alibi": ALiBi,
-    "clamp": Clamp,
-    "log_distance": LogDistance,
-    "soft_cap": SoftCap,
-    "sliding_window": SlidingWindow,
-}
+import blindheads.modules.position as package
+from blindheads.modules.position.base import COMPONENTS, PositionComponent, PositionStack
 
 BUILTIN_PACKAGE = "blindheads.modules.position"
 POSITION_MODULES = "BLINDHEADS_POSITION_MODULES"  # extra modules a class_path may import, named on purpose
@@ -40,6 +27,16 @@ POSITION_MODULES = "BLINDHEADS_POSITION_MODULES"  # extra modules a class_path m
 PositionSpec = str | list[str | dict[str, Any]]
 
 _TERM = re.compile(r"^\s*(?P<name>\w+)\s*(?:\((?P<args>.*)\))?\s*$")
+
+
+def _register_builtins() -> None:
+    """Import every module of this package: each component registers under its ``name`` when defined."""
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{BUILTIN_PACKAGE}.{module.name}")
+
+
+def valid_names() -> str:
+    return ", ".join(sorted(COMPONENTS))
 
 
 def _value(text: str) -> Any:
@@ -105,7 +102,7 @@ def _component_class(name: str) -> type[PositionComponent]:
             raise ValueError(f"class_path {name!r} is not a PositionComponent")
         return cls
     if name not in COMPONENTS:
-        raise ValueError(f"unknown position component {name!r}; valid: {', '.join(COMPONENTS)}")
+        raise ValueError(f"unknown position component {name!r}; valid: {valid_names()}")
     return COMPONENTS[name]
 
 
@@ -150,5 +147,8 @@ def build_position(
         raise ValueError(f"position spec {spec!r} names {', '.join(twice)} twice; a stack takes each component once")
     components = [_instantiate(name, args, kwargs, facts) for name, args, kwargs in entries]
     if not components:
-        raise ValueError(f"empty position spec {spec!r}; valid components: {', '.join(COMPONENTS)}")
+        raise ValueError(f"empty position spec {spec!r}; valid components: {valid_names()}")
     return PositionStack(components, num_heads)
+
+
+_register_builtins()

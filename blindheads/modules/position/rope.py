@@ -15,6 +15,8 @@ class RoPE(PositionComponent):
     a weight underflow by itself.
     """
 
+    name = "rope"
+
     def __init__(self, theta: float = 10000.0) -> None:
         super().__init__()
         if theta <= 1:

@@ -13,6 +13,8 @@ class SlidingWindow(PositionComponent):
     Keys outside the window are masked; the FlexAttention backend skips their blocks instead of computing them.
     """
 
+    name = "sliding_window"
+
     def __init__(self, size: int) -> None:
         super().__init__()
         if size < 1:

@@ -19,6 +19,8 @@ class SoftCap(PositionComponent):
     ``where="after"`` caps q.k + bias, so no logit falls below ``-cap`` and a cap below tau keeps every head sighted.
     """
 
+    name = "soft_cap"
+
     def __init__(self, cap: float = 30.0, where: str = "after") -> None:
         super().__init__()
         if not cap > 0:
