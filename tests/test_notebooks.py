@@ -135,6 +135,17 @@ def test_the_report_says_why_measured_blind_distances_pass_the_predictions():
     assert not any("q.k" in line for line in run_report(predicted)), "no measurement, nothing to explain"
 
 
+def test_the_reports_recall_table_shows_the_best_constant_answer_beside_recall():
+    from blindheads.evaluation.report import run_report
+
+    point = {"distance": 64.0, "length": 80.0, "exact": 0.25, "blind": 0.0, "failed_blind": 0.0,
+             "failed_reachable": 0.75}  # fmt: skip
+    old = run_report({f"test/recall/distance1x/{part}": value for part, value in point.items()})
+    assert not any(line.lstrip().startswith("best constant") for line in old), "a record without it: no row"
+    lines = run_report({f"test/recall/distance1x/{part}": value for part, value in {**point, "baseline": 0.25}.items()})
+    assert "  best constant         0.25" in lines and "  episode length          80" in lines, lines
+
+
 def test_notebook_paths_are_the_repositorys_wherever_jupyter_starts(tmp_path, monkeypatch):
     """Started from notebooks/ (or anywhere), runs_dir="runs" still means the repository's runs/; a folder with no
     runs is an error, not an empty table."""

@@ -77,14 +77,19 @@ def _recall(metrics: dict[str, float]) -> list[str]:
     factors = sorted(float(m[1]) for k in metrics if (m := DISTANCE.match(k)))
     if not factors:
         return []
-    rows = {"distance (tokens)": "distance", "exact recall": "exact", "fact blind": "blind",
-            "failed, blind": "failed_blind", "failed, reachable": "failed_reachable"}  # fmt: skip
+    rows = {"distance (tokens)": "distance", "episode length": "length", "exact recall": "exact",
+            "best constant": "baseline", "fact blind": "blind", "failed, blind": "failed_blind",
+            "failed, reachable": "failed_reachable", "under a cap": "exact_capped"}  # fmt: skip
     header = "".join(f"{f'{f:g}x':>8}" for f in factors)
     lines = ["held-out recall by answer distance (x the training window):", f"  {'':<18}{header}"]
     for label, part in rows.items():
         values = [metrics.get(f"test/recall/distance{f:g}x/{part}") for f in factors]
-        cells = "".join(f"{v:>8.0f}" if part == "distance" else f"{_number(v):>8}" for v in values)
+        if all(v is None for v in values):
+            continue  # a record from before the row existed, or an evaluation without it (the cap: attribution)
+        whole = part in ("distance", "length")
+        cells = "".join(f"{v:>8.0f}" if whole and v is not None else f"{_number(v):>8}" for v in values)
         lines.append(f"  {label:<18}{cells}")
+    lines.append("  (best constant: what always answering the most common value scores)")
     lines.append("  (blind: every layer-head gives the fact exactly 0 weight from the answer's query)")
     return lines
 
