@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-COMPARISON = {
-    "val_loss": "val/loss",
-    "passkey_auc_in_domain": "passkey/auc_in_domain",
-    "passkey_auc_out_of_domain": "passkey/auc_out_of_domain",
-    "passkey_samples_in_domain": "passkey/samples_in_domain",
-    "passkey_samples_out_of_domain": "passkey/samples_out_of_domain",
-    "needle_auc_in_domain": "needle/auc_in_domain",
-    "needle_auc_out_of_domain": "needle/auc_out_of_domain",
-    "needle_samples_in_domain": "needle/samples_in_domain",
-    "needle_samples_out_of_domain": "needle/samples_out_of_domain",
+from blindheads.evaluation.tags import UNDERFLOW, loss_tag, retrieval_tag
+
+COMPARISON = {  # column -> its tag at a stage: "val/" or "" (retrieval) in the logs, "test/" in results.json
+    "val_loss": loss_tag,
+    **{
+        f"{task}_{name}": partial(retrieval_tag, task, name)
+        for task in ("passkey", "needle")
+        for name in ("auc_in_domain", "auc_out_of_domain", "samples_in_domain", "samples_out_of_domain")
+    },
 }
 
 
@@ -68,12 +68,14 @@ def comparison_table(root: str | Path) -> pd.DataFrame:
             "step": int(frame["step"].max()) if len(frame) else 0,
             "status": run_status(run, frame),
         }
-        row.update({column: _last(frame, tag) for column, tag in COMPARISON.items()})
+        row.update(
+            {column: _last(frame, tag("val/" if column == "val_loss" else "")) for column, tag in COMPARISON.items()}
+        )
         results = run / "results.json"
         if results.exists():
             metrics = json.loads(results.read_text())["metrics"]
             for column, tag in COMPARISON.items():
-                value = metrics.get(f"test/{tag}", metrics.get("test/loss") if column == "val_loss" else None)
+                value = metrics.get(tag("test/"))
                 if isinstance(value, (int, float)):
                     row[column] = value
         rows.append(row)
@@ -91,17 +93,17 @@ def run_status(run: Path, frame: pd.DataFrame) -> str:
     max_steps = (
         (yaml.safe_load(config.read_text()) or {}).get("trainer", {}).get("max_steps") if config.exists() else None
     )
-    trained = frame.loc[frame["tag"] == "train/loss", "step"]
+    trained = frame.loc[frame["tag"] == loss_tag("train/"), "step"]
     done = int(trained.max()) + 1 if len(trained) else 0
     if isinstance(max_steps, int) and max_steps > 0 and done < max_steps:
         return f"incomplete: {done} of {max_steps} steps logged (resume with --ckpt_path last)"
     return "trained"
 
 
-def per_head(frame: pd.DataFrame, prefix: str = "underflow") -> pd.DataFrame:
-    """``{prefix}/layer{l}/head{h}`` scalars as columns ``layer``, ``head``, ``step``, ``value``."""
-    pattern = rf"^{prefix}/layer(?P<layer>\d+)/head(?P<head>\d+)$"
-    parts = frame["tag"].str.extract(pattern)
-    keep = parts["layer"].notna()
+def per_head(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each head's underflow at the training length, logged during training, as columns ``layer``, ``head``,
+    ``step``, ``value``."""
+    parts = frame["tag"].str.extract(UNDERFLOW)
+    keep = parts["layer"].notna() & parts["stage"].isna() & parts["at"].isna()
     out = frame[keep].assign(layer=parts.loc[keep, "layer"].astype(int), head=parts.loc[keep, "head"].astype(int))
     return out[["layer", "head", "step", "value"]].reset_index(drop=True)

@@ -4,6 +4,7 @@ window: does the model use what lies that far back, and where it does not, could
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import NamedTuple
 
 import lightning as L
@@ -24,6 +25,7 @@ from blindheads.evaluation.attribution import (
 from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.recall import Episode, episode_set, recall_samples
 from blindheads.evaluation.scoring import score_samples, top_share
+from blindheads.evaluation.tags import distance_point, gap_point, recall_head_tag, recall_tag, recall_weight_tag
 
 CONSTANT = 0.9  # a point where one predicted answer is this share of the episodes is answered by rote
 
@@ -101,8 +103,8 @@ class EpisodeRecall(PeriodicEvaluation):
 
     def points(self, seq_len: int) -> dict[str, dict[str, int]]:
         """Tag name -> ``recall_samples`` argument: ``{"gap8": {"gap": 8}, "distance2x": {"distance": 128}}``."""
-        points = {f"gap{gap}": {"gap": gap} for gap in self.gaps}
-        points.update({f"distance{f:g}x": {"distance": round(f * seq_len)} for f in self.distances})
+        points = {gap_point(gap): {"gap": gap} for gap in self.gaps}
+        points.update({distance_point(f): {"distance": round(f * seq_len)} for f in self.distances})
         return points
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -150,26 +152,27 @@ class EpisodeRecall(PeriodicEvaluation):
                 exact = torch.tensor([s.exact for s in scores])
                 paths = self._answer_paths(decoder, episodes, pl_module.device, autocast_dtype(trainer))
                 measured[name] = Measured(episodes, exact, paths)
-                tag = f"{prefix}recall/{name}"
-                scalars[f"{tag}/exact"] = exact.float().mean().item()
-                scalars[f"{tag}/episodes"] = len(episodes)
-                scalars[f"{tag}/baseline"] = top_share(s.answer for s in samples)
-                scalars[f"{tag}/constant_answer"] = float(top_share(s.predicted for s in scores) >= CONSTANT)
-                scalars[f"{tag}/distance"] = measured[name].distance
-                scalars[f"{tag}/length"] = max(s.length for s in samples)
-                scalars[f"{tag}/in_window"] = float(scalars[f"{tag}/length"] <= trainer.datamodule.seq_len)
-                scalars[f"{tag}/blind"] = paths.blind.float().mean().item()
-                scalars[f"{tag}/unreachable"] = (~paths.reachable).float().mean().item()
-                scalars[f"{tag}/failed_blind"] = (~exact & paths.blind).float().mean().item()
-                scalars[f"{tag}/failed_reachable"] = (~exact & ~paths.blind).float().mean().item()
+                tag = partial(recall_tag, name, prefix=prefix)
+                length = max(s.length for s in samples)
+                scalars[tag("exact")] = exact.float().mean().item()
+                scalars[tag("episodes")] = len(episodes)
+                scalars[tag("baseline")] = top_share(s.answer for s in samples)
+                scalars[tag("constant_answer")] = float(top_share(s.predicted for s in scores) >= CONSTANT)
+                scalars[tag("distance")] = measured[name].distance
+                scalars[tag("length")] = length
+                scalars[tag("in_window")] = float(length <= trainer.datamodule.seq_len)
+                scalars[tag("blind")] = paths.blind.float().mean().item()
+                scalars[tag("unreachable")] = (~paths.reachable).float().mean().item()
+                scalars[tag("failed_blind")] = (~exact & paths.blind).float().mean().item()
+                scalars[tag("failed_reachable")] = (~exact & ~paths.blind).float().mean().item()
                 for layer, weights in enumerate(paths.weights.double().mean(0).tolist()):
                     for head, value in enumerate(weights):
-                        scalars[f"{tag}/weight/layer{layer}/head{head}"] = value
+                        scalars[recall_weight_tag(name, layer, head, prefix)] = value
             if self.attribution:
                 scalars.update(self._attribute(trainer, decoder, measured, prefix))
         for name, values in decoder.position.learned_head_parameters().items():
             for head, value in enumerate(values.tolist() if values.dim() == 1 else []):
-                scalars[f"{prefix}recall/{name}/head{head}"] = value
+                scalars[recall_tag(name, f"head{head}", prefix)] = value
         log_scalars(trainer, pl_module, scalars, prefix)
         return scalars
 
@@ -180,26 +183,26 @@ class EpisodeRecall(PeriodicEvaluation):
         near = max(inside, key=lambda n: measured[n].distance)
         costs = ablation_costs(decoder, tokenizer, measured[near].episodes, self.batch_size)
         carriers = costs >= CARRIES
-        tag = f"{prefix}recall/heads"
-        scalars[f"{tag}/ablation_distance"] = measured[near].distance
-        scalars[f"{tag}/carriers"] = int(carriers.sum())
+        tag = partial(recall_tag, "heads", prefix=prefix)
+        scalars[tag("ablation_distance")] = measured[near].distance
+        scalars[tag("carriers")] = int(carriers.sum())
         for layer, row in enumerate(costs.tolist()):
             for head, cost in enumerate(row):
-                scalars[f"{tag}/layer{layer}/head{head}/ablation_cost"] = cost
+                scalars[recall_head_tag(layer, head, "ablation_cost", prefix)] = cost
         by_distance = sorted(measured.values(), key=lambda m: m.distance)
         for layer, head in carriers.nonzero().tolist():
             blind = next((m for m in by_distance if (m.paths.weights[:, layer, head] == 0).all()), None)
             if blind is not None:
-                scalars[f"{tag}/layer{layer}/head{head}/blind_by"] = blind.distance
-                scalars[f"{tag}/layer{layer}/head{head}/exact_at_blind_by"] = blind.exact.float().mean().item()
+                scalars[recall_head_tag(layer, head, "blind_by", prefix)] = blind.distance
+                scalars[recall_head_tag(layer, head, "exact_at_blind_by", prefix)] = blind.exact.float().mean().item()
         for name, point in measured.items():
             if carriers.any():
                 for kind, share in carrier_classes(point.paths.weights, carriers, NEAR_BLIND).items():
-                    scalars[f"{prefix}recall/{name}/carriers_{kind}"] = share.float().mean().item()
+                    scalars[recall_tag(name, f"carriers_{kind}", prefix)] = share.float().mean().item()
             if name not in inside:
                 with capped_bias(decoder, seq_len - 1):
                     capped = recall(decoder, tokenizer, point.episodes, self.batch_size)
-                scalars[f"{prefix}recall/{name}/exact_capped"] = capped.float().mean().item()
+                scalars[recall_tag(name, "exact_capped", prefix)] = capped.float().mean().item()
         return scalars
 
     def _answer_paths(self, decoder, episodes: list[Episode], device, dtype: torch.dtype) -> AnswerPaths:

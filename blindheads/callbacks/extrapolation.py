@@ -8,6 +8,7 @@ import torch
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, training_length
 from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.scoring import token_losses
+from blindheads.evaluation.tags import extrapolation_tag
 
 
 class LengthExtrapolation(PeriodicEvaluation):
@@ -36,7 +37,7 @@ class LengthExtrapolation(PeriodicEvaluation):
                 bucket_sums += losses.double().view(len(mine), factor, base).sum(dim=(0, 2))
             bucket_sums = trainer.strategy.reduce(bucket_sums, reduce_op="sum")
             buckets = bucket_sums / (self.sequences * base)
-            results[f"{prefix}extrapolation/{factor}x/loss"] = float(buckets.mean())
-            results.update({f"{prefix}extrapolation/{factor}x/bucket{k}": float(v) for k, v in enumerate(buckets)})
+            results[extrapolation_tag(factor, "loss", prefix)] = float(buckets.mean())
+            results.update({extrapolation_tag(factor, f"bucket{k}", prefix): float(v) for k, v in enumerate(buckets)})
         log_scalars(trainer, pl_module, results, prefix)
         return results

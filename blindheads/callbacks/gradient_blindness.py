@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import lightning as L
 import torch
 import torch.nn.functional as F
@@ -9,6 +11,7 @@ import torch.nn.functional as F
 from blindheads.blindness import first_blind_token, predicted_blind_distances
 from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars, per_head, training_length
 from blindheads.evaluation.contexts import evaluating, forward_hooks
+from blindheads.evaluation.tags import gradient_tag
 from blindheads.evaluation.underflow import GradientStatistics, gradient_statistics
 
 
@@ -57,12 +60,15 @@ class GradientBlindness(PeriodicEvaluation):
             self.slope_grad = head_parameter_gradients(pl_module, logits, grads, length, dtype)
         scalars = {}
         for layer, stats in enumerate(self.statistics):
-            per_head(scalars, f"{prefix}grad_zero_given_zero_weight/layer{layer}", stats.zero_given_zero_weight)
-            per_head(scalars, f"{prefix}grad_zero_given_nonzero_weight/layer{layer}", stats.zero_given_nonzero_weight)
-            per_head(scalars, f"{prefix}grad_blind_distance/layer{layer}", stats.grad_blind_distance)
-            per_head(scalars, f"{prefix}weight_blind_distance_1x/layer{layer}", stats.weight_blind_distance)
+            for name, values in (
+                ("grad_zero_given_zero_weight", stats.zero_given_zero_weight),
+                ("grad_zero_given_nonzero_weight", stats.zero_given_nonzero_weight),
+                ("grad_blind_distance", stats.grad_blind_distance),
+                ("weight_blind_distance_1x", stats.weight_blind_distance),
+            ):
+                per_head(scalars, partial(gradient_tag, name, layer=layer, prefix=prefix), values)
         for name, values in self.slope_grad.items():
-            per_head(scalars, f"{prefix}{name}", values)
+            per_head(scalars, partial(gradient_tag, name, prefix=prefix), values)
         log_scalars(trainer, pl_module, scalars, prefix)
         return scalars
 

@@ -17,8 +17,21 @@ from blindheads.callbacks.extrapolation import LengthExtrapolation
 from blindheads.callbacks.periodic import autocast_dtype, scaled_lengths, training_length
 from blindheads.callbacks.retrieval import RetrievalEval
 from blindheads.callbacks.underflow import UnderflowMonitor, length_label
+from blindheads.evaluation.tags import (
+    STAGES,
+    blind_distance_tag,
+    extrapolation_tag,
+    loss_tag,
+    predicted_tag,
+    recall_tag,
+    retrieval_exact_tag,
+    retrieval_tag,
+    underflow_mean_tag,
+    underflow_tag,
+)
 
-PREFIX = r"(val/|test/)?"
+PREFIX = f"({'|'.join(STAGES)})?"
+SOFTMAXES = "(materialized|fused)"  # both predictions, in one chart
 
 
 def chart(*patterns: str) -> list:
@@ -40,15 +53,22 @@ def layout(trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
     if points:
         names = "|".join(map(re.escape, points))
         parts = {"exact": "exact", "failed: fact blind": "failed_blind", "failed: fact reachable": "failed_reachable"}
-        categories["recall by distance"] = {title: chart(rf"recall/({names})/{tag}$") for title, tag in parts.items()}
+        categories["recall by distance"] = {
+            title: chart(recall_tag(f"({names})", part) + "$") for title, part in parts.items()
+        }
     tasks = [c.task for c in trainer.callbacks if isinstance(c, RetrievalEval)]
     if tasks:
-        charts = {f"{task}, exact by length and depth": chart(rf"{task}/exact/len\d+/depth\d+$") for task in tasks}
-        charts["AUC in and beyond the training length"] = chart(rf"({'|'.join(tasks)})/auc_(in|out_of)_domain$")
+        charts = {
+            f"{task}, exact by length and depth": chart(retrieval_exact_tag(task, r"\d+", r"\d+") + "$")
+            for task in tasks
+        }
+        charts["AUC in and beyond the training length"] = chart(
+            retrieval_tag(f"({'|'.join(tasks)})", "auc_(in|out_of)_domain") + "$"
+        )
         categories["retrieval"] = charts
-    categories["loss"] = {"train and validation": chart(r"train/loss$", r"loss$")}
+    categories["loss"] = {"train and validation": chart(loss_tag("train/") + "$", loss_tag() + "$")}
     if any(isinstance(c, LengthExtrapolation) for c in trainer.callbacks):
-        categories["loss"]["by length"] = chart(r"extrapolation/\d+x/loss$")
+        categories["loss"]["by length"] = chart(extrapolation_tag(r"\d+") + "$")
     return categories
 
 
@@ -61,10 +81,10 @@ def underflow_charts(trainer: L.Trainer, pl_module: L.LightningModule, monitor: 
     at = length_label(longest, base)
     config = pl_module.decoder.config
     underflow = {
-        f"layer {layer}": chart(rf"underflow/{re.escape(at)}/layer{layer}/head\d+$")
+        f"layer {layer}": chart(underflow_tag(layer, r"\d+", at=re.escape(at)) + "$")
         for layer in range(config.num_layers)
     }
-    underflow["mean over layers and heads, by length"] = chart(r"underflow/mean_[\d.]+x$")
+    underflow["mean over layers and heads, by length"] = chart(underflow_mean_tag(r"[\d.]+x") + "$")
     predicted = [
         predicted_blind_distances(pl_module.decoder.position, longest, autocast_dtype(trainer), config.threshold, s)
         for s in ("materialized", "fused")
@@ -72,13 +92,13 @@ def underflow_charts(trainer: L.Trainer, pl_module: L.LightningModule, monitor: 
     distances, beyond = {}, []
     for head, distance in enumerate(torch.maximum(*predicted).tolist()):
         if distance <= longest:
-            distances[f"head {head}: measured (each layer)"] = chart(rf"blind_distance/layer\d+/head{head}$")
-            distances[f"head {head}: predicted"] = chart(rf"blind_distance_predicted/(materialized|fused)/head{head}$")
+            distances[f"head {head}: measured (each layer)"] = chart(blind_distance_tag(r"\d+", head) + "$")
+            distances[f"head {head}: predicted"] = chart(predicted_tag(SOFTMAXES, head) + "$")
         elif distance != float("inf"):
             beyond.append(str(head))
     if beyond:
         distances[f"heads {', '.join(beyond)}: predicted (beyond {longest} tokens)"] = chart(
-            rf"blind_distance_predicted/(materialized|fused)/head({'|'.join(beyond)})$"
+            predicted_tag(SOFTMAXES, f"({'|'.join(beyond)})") + "$"
         )
     categories = {f"underflow at {longest} tokens ({at}): share of weights exactly zero, per layer": underflow}
     if distances:

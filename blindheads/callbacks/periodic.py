@@ -62,11 +62,11 @@ def autocast_dtype(trainer: L.Trainer) -> torch.dtype:
     return resolve_dtype(PRECISION_DTYPES.get(str(trainer.precision), "float32"))
 
 
-def per_head(scalars: dict[str, float], tag: str, values: torch.Tensor) -> None:
-    """``tag/head{h}`` for each head's finite value (TensorBoard and JSON take no infinities)."""
+def per_head(scalars: dict[str, float], tag: Callable[[int], str], values: torch.Tensor) -> None:
+    """``tag(h)`` for each head h's finite value (TensorBoard and JSON take no infinities)."""
     for head, value in enumerate(values.tolist()):
         if math.isfinite(value):
-            scalars[f"{tag}/head{head}"] = value
+            scalars[tag(head)] = value
 
 
 def evaluated_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:

@@ -8,6 +8,8 @@ import time
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 
+from blindheads.evaluation.tags import loss_tag
+
 
 class ProgressLines(L.Callback):
     """Every ``every_n_steps`` optimizer steps, on rank 0: ``step 100/300  loss 4.512  1.2 s/step  eta 4 min``."""
@@ -27,7 +29,7 @@ class ProgressLines(L.Callback):
             return
         seconds = (time.monotonic() - self._since[1]) / (step - self._since[0])
         self._since = (step, time.monotonic())
-        loss = trainer.callback_metrics.get("train/loss")
+        loss = trainer.callback_metrics.get(loss_tag("train/"))
         total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         parts = [f"step {step}/{total}" if total else f"step {step}"]
         if loss is not None:

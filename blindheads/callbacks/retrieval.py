@@ -14,6 +14,7 @@ from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import GridSummary, summarize_grid
+from blindheads.evaluation.tags import retrieval_exact_tag, retrieval_tag
 
 
 class RetrievalEval(PeriodicEvaluation):
@@ -85,12 +86,16 @@ class RetrievalEval(PeriodicEvaluation):
 
     def _log(self, trainer, pl_module, summary: GridSummary, prefix: str) -> None:
         scalars = {
-            f"{prefix}{self.task}/{name}": value for name, value in summary.metrics.items() if np.isfinite(value)
+            retrieval_tag(self.task, name, prefix): value
+            for name, value in summary.metrics.items()
+            if np.isfinite(value)
         }
         for length, depth, exact, _, _ in summary.cells():
-            scalars[f"{prefix}{self.task}/exact/len{length}/depth{round(depth * 100)}"] = exact
+            scalars[retrieval_exact_tag(self.task, length, round(depth * 100), prefix)] = exact
         log_scalars(trainer, pl_module, scalars, prefix)
-        heatmap = {f"{prefix}{self.task}/heatmap": lambda step: grid_heatmap(summary, f"{self.task}, step {step}")}
+        heatmap = {
+            retrieval_tag(self.task, "heatmap", prefix): lambda step: grid_heatmap(summary, f"{self.task}, step {step}")
+        }
         log_figures(trainer, pl_module, heatmap)
         log_dir = trainer.log_dir  # a collective under DDP: every rank reads it
         if prefix == "test/" and trainer.is_global_zero and log_dir:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import lightning as L
 import torch
 
@@ -17,6 +19,13 @@ from blindheads.callbacks.periodic import (
 )
 from blindheads.evaluation.contexts import evaluating, forward_hooks
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
+from blindheads.evaluation.tags import (
+    blind_distance_tag,
+    predicted_tag,
+    underflow_figure_tag,
+    underflow_mean_tag,
+    underflow_tag,
+)
 from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics
 
 
@@ -78,27 +87,30 @@ class UnderflowMonitor(PeriodicEvaluation):
         scalars = {}
         for length, layers in self.statistics.items():
             share = torch.stack([s.zero_share for s in layers]).mean()
-            scalars[f"{prefix}underflow/mean_{length_label(length, base)}"] = float(share)
+            scalars[underflow_mean_tag(length_label(length, base), prefix)] = float(share)
         at_base = self.statistics.get(base) or next(iter(self.statistics.values()))
         longest_length = max(self.statistics)
         longest = self.statistics[longest_length]
+        at = length_label(longest_length, base)
         for layer, (stats, far) in enumerate(zip(at_base, longest)):
-            per_head(scalars, f"{prefix}underflow/layer{layer}", stats.zero_share)
-            per_head(scalars, f"{prefix}underflow/{length_label(longest_length, base)}/layer{layer}", far.zero_share)
-            per_head(scalars, f"{prefix}blind_distance/layer{layer}", far.blind_distance)
+            per_head(scalars, partial(underflow_tag, layer, prefix=prefix), stats.zero_share)
+            per_head(scalars, partial(underflow_tag, layer, at=at, prefix=prefix), far.zero_share)
+            per_head(scalars, partial(blind_distance_tag, layer, prefix=prefix), far.blind_distance)
         position, threshold = pl_module.decoder.position, pl_module.config.threshold
         predicted = {
             softmax: predicted_blind_distances(position, longest_length, dtype, threshold, softmax)
             for softmax in ("materialized", "fused")
         }
         for softmax, distances in predicted.items():
-            per_head(scalars, f"{prefix}blind_distance_predicted/{softmax}", distances)
+            per_head(scalars, partial(predicted_tag, softmax, prefix=prefix), distances)
         log_scalars(trainer, pl_module, scalars, prefix)
         figures = {
-            f"{prefix}underflow/heatmap": lambda _: zero_share_heatmap(
+            underflow_figure_tag("heatmap", prefix): lambda _: zero_share_heatmap(
                 longest, f"share of causal weights exactly zero at {longest_length} tokens"
             ),
-            f"{prefix}underflow/by_distance": lambda _: zero_share_by_distance(longest, predicted["materialized"]),
+            underflow_figure_tag("by_distance", prefix): lambda _: zero_share_by_distance(
+                longest, predicted["materialized"]
+            ),
         }
         log_figures(trainer, pl_module, figures)
         return scalars

@@ -4,29 +4,38 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from pathlib import Path
 
-MEASURED = re.compile(r"^test/blind_distance/layer(\d+)/head(\d+)$")
-PREDICTED = re.compile(r"^test/blind_distance_predicted/materialized/head(\d+)$")
-FUSED = re.compile(r"^test/blind_distance_predicted/fused/head(\d+)$")
-LOSS = re.compile(r"^test/extrapolation/(\d+)x/loss$")
-DISTANCE = re.compile(r"^test/recall/distance([\d.]+)x/exact$")
+from blindheads.evaluation.tags import (
+    BLIND_DISTANCE,
+    EXTRAPOLATION,
+    PREDICTED,
+    RECALL,
+    at_stage,
+    distance_point,
+    loss_tag,
+    recall_tag,
+    retrieval_tag,
+)
 
 
 def run_report(metrics: dict[str, float], log_dir: str | None = None) -> list[str]:
     """Loss (and by length), each head's measured against predicted blind distance, recall by distance with its
     blind / reachable split, passkey and needle, and where the logs are; parts a run did not measure are left out."""
     lines = []
-    if "test/loss" in metrics:
-        by_length = sorted((int(m[1]), v) for k, v in metrics.items() if (m := LOSS.match(k)))
+    if loss_tag("test/") in metrics:
+        by_length = sorted(
+            (int(m["factor"]), metrics[m.string]) for m in at_stage(EXTRAPOLATION, metrics) if m["part"] == "loss"
+        )
         lengths = "; by length " + ", ".join(f"{f}x {v:.2f}" for f, v in by_length) if by_length else ""
-        lines.append(f"held-out loss {metrics['test/loss']:.3f}{lengths}")
+        lines.append(f"held-out loss {metrics[loss_tag('test/')]:.3f}{lengths}")
     lines += _blindness(metrics)
     lines += _recall(metrics)
     for task in ("passkey", "needle"):
-        auc_in, auc_out = metrics.get(f"test/{task}/auc_in_domain"), metrics.get(f"test/{task}/auc_out_of_domain")
+        auc_in, auc_out = (
+            metrics.get(retrieval_tag(task, f"auc_{d}", "test/")) for d in ("in_domain", "out_of_domain")
+        )
         if auc_in is not None or auc_out is not None:
             lines.append(f"{task}: AUC {_number(auc_in)} inside the training length, {_number(auc_out)} beyond")
     if log_dir:
@@ -45,12 +54,12 @@ def tensorboard_command() -> str:
 
 
 def _blindness(metrics: dict[str, float]) -> list[str]:
-    predicted = {int(m[1]): v for k, v in metrics.items() if (m := PREDICTED.match(k))}
-    fused = {int(m[1]): v for k, v in metrics.items() if (m := FUSED.match(k))}
+    predictions = at_stage(PREDICTED, metrics)
+    predicted = {int(m["head"]): metrics[m.string] for m in predictions if m["softmax"] == "materialized"}
+    fused = {int(m["head"]): metrics[m.string] for m in predictions if m["softmax"] == "fused"}
     measured: dict[int, list[float]] = {}
-    for key, value in metrics.items():
-        if match := MEASURED.match(key):
-            measured.setdefault(int(match[2]), []).append(value)
+    for match in at_stage(BLIND_DISTANCE, metrics):
+        measured.setdefault(int(match["head"]), []).append(metrics[match.string])
     heads = sorted(set(predicted) | set(measured))
     if not heads:
         return []
@@ -74,7 +83,7 @@ def _blindness(metrics: dict[str, float]) -> list[str]:
 
 
 def _recall(metrics: dict[str, float]) -> list[str]:
-    factors = sorted(float(m[1]) for k in metrics if (m := DISTANCE.match(k)))
+    factors = sorted(float(m["distance"]) for m in at_stage(RECALL, metrics) if m["distance"] and m["part"] == "exact")
     if not factors:
         return []
     rows = {"distance (tokens)": "distance", "episode length": "length", "exact recall": "exact",
@@ -83,7 +92,7 @@ def _recall(metrics: dict[str, float]) -> list[str]:
     header = "".join(f"{f'{f:g}x':>8}" for f in factors)
     lines = ["held-out recall by answer distance (x the training window):", f"  {'':<18}{header}"]
     for label, part in rows.items():
-        values = [metrics.get(f"test/recall/distance{f:g}x/{part}") for f in factors]
+        values = [metrics.get(recall_tag(distance_point(f), part, "test/")) for f in factors]
         if all(v is None for v in values):
             continue  # a record from before the row existed, or an evaluation without it (the cap: attribution)
         whole = part in ("distance", "length")

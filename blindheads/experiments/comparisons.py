@@ -29,13 +29,14 @@ differences in recall.
 from __future__ import annotations
 
 import math
-import re
 import zlib
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from blindheads.evaluation.tags import RECALL, at_stage, recall_tag
 
 LEVEL = 0.95
 REFERENCE = "alibi"
@@ -44,7 +45,6 @@ PAIRS = (  # beside each setup against the reference: one change at a time among
     ("wide_clamp_log_distance", "clamp_log_distance"),  # the wide slopes
 )
 BASELINE = "baseline"
-POINT = re.compile(r"^test/recall/((gap|distance)([\d.]+)x?)/exact$")
 NO_DIFFERENCE = "no difference shown"
 
 
@@ -56,19 +56,19 @@ def per_seed_recall(records: list[dict]) -> pd.DataFrame:
     rows = []
     for record in records:
         metrics = record.get("metrics", {})
-        for tag, value in metrics.items():
-            if match := POINT.match(tag):
-                stem = tag.removesuffix("/exact")
+        for match in at_stage(RECALL, metrics):
+            if (match["gap"] or match["distance"]) and match["part"] == "exact":
+                point = match["point"]
                 rows.append(
                     {
                         "setup": record["setup"],
                         "seed": record["seed"],
-                        "point": match[1],
-                        "kind": match[2],
-                        "number": float(match[3]),
-                        "exact": float(value),
-                        "episodes": metrics.get(f"{stem}/episodes"),
-                        "baseline": metrics.get(f"{stem}/baseline"),
+                        "point": point,
+                        "kind": "gap" if match["gap"] else "distance",
+                        "number": float(match["gap"] or match["distance"]),
+                        "exact": float(metrics[match.string]),
+                        "episodes": metrics.get(recall_tag(point, "episodes", "test/")),
+                        "baseline": metrics.get(recall_tag(point, "baseline", "test/")),
                     }
                 )
     if not rows:

@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
 from blindheads.arguments import Parser
+from blindheads.evaluation.tags import RECALL, gap_point, recall_tag, recall_weight_tag
 from blindheads.experiments.loop import Run, run_experiment
 from blindheads.experiments.runner import at_least, checked, configs, distinct, provenance, write_json
 from blindheads.experiments.setups import located
@@ -99,7 +100,8 @@ def curves(runs: Path, records: list[dict]) -> pd.DataFrame:
     frames = []
     for name, seed in ((r["condition"], r["seed"]) for r in records):
         frame = scalars(runs / name / f"seed{seed}")
-        frames.append(frame[frame["tag"].str.startswith("recall/")].assign(condition=name, seed=seed))
+        parts = frame["tag"].str.extract(RECALL)
+        frames.append(frame[parts["point"].notna() & parts["stage"].isna()].assign(condition=name, seed=seed))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -109,21 +111,21 @@ def summarize(out: Path, data: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (name, seed), frame in data.groupby(["condition", "seed"], sort=False):
         last = frame[frame["step"] == frame["step"].max()].set_index("tag")["value"]
-        far = last.filter(regex=rf"^recall/gap{FAR}/weight/")
+        far = last.filter(regex="^" + recall_weight_tag(gap_point(FAR), r"\d+", r"\d+") + "$")
         rows.append({
             "condition": name,
             "seed": seed,
             "step": int(frame["step"].max()),
-            "exact_near": last.get(f"recall/gap{NEAR}/exact"),
-            "exact_far": last.get(f"recall/gap{FAR}/exact"),
-            "distance_near": last.get(f"recall/gap{NEAR}/distance"),
-            "distance_far": last.get(f"recall/gap{FAR}/distance"),
-            "far_blind": last.get(f"recall/gap{FAR}/blind"),
-            "far_unreachable": last.get(f"recall/gap{FAR}/unreachable"),
+            "exact_near": last.get(recall_tag(gap_point(NEAR), "exact")),
+            "exact_far": last.get(recall_tag(gap_point(FAR), "exact")),
+            "distance_near": last.get(recall_tag(gap_point(NEAR), "distance")),
+            "distance_far": last.get(recall_tag(gap_point(FAR), "distance")),
+            "far_blind": last.get(recall_tag(gap_point(FAR), "blind")),
+            "far_unreachable": last.get(recall_tag(gap_point(FAR), "unreachable")),
             "far_weight_max": far.max(),
             "far_weights_exactly_zero": int((far == 0).sum()),
             "far_weights": len(far),
-            "slopes_final": ", ".join(f"{v:.3g}" for v in last.filter(regex=r"^recall/slope/").tolist()) or None,
+            "slopes_final": ", ".join(f"{v:.3g}" for v in last.filter(regex="^" + recall_tag("slope", "")).tolist()) or None,
         })  # fmt: skip
     table = pd.DataFrame(rows)
     table.to_csv(out / "summary.csv", index=False)
@@ -145,7 +147,9 @@ def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR
     recall = {}  # (near curves, far curves), a column per seed -> the conditions that have them
     for name, frame in data.groupby("condition", sort=False):
         curves = tuple(
-            frame[frame["tag"] == f"recall/gap{gap}/exact"].pivot_table(index="step", columns="seed", values="value")
+            frame[frame["tag"] == recall_tag(gap_point(gap), "exact")].pivot_table(
+                index="step", columns="seed", values="value"
+            )
             for gap in (near_gap, far_gap)
         )
         recall.setdefault(tuple(c.to_csv() for c in curves), (curves, []))[1].append(name)
@@ -156,14 +160,14 @@ def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR
                 axis.plot(table.index, table[seed].to_numpy(), marker="o", linestyle=styles[i % len(styles)],
                           color=colors[names[0]], label=" = ".join(names) if i == 0 else None)  # fmt: skip
     for name, frame in data.groupby("condition", sort=False):
-        weights = frame[frame["tag"].str.match(rf"^recall/gap{far_gap}/weight/")]
+        weights = frame[frame["tag"].str.match("^" + recall_weight_tag(gap_point(far_gap), r"\d+", r"\d+") + "$")]
         top = weights.groupby("step")["value"].max()
         if (top == 0).all():  # drawn once below, named together: such lines would hide each other
             always_zero.append(name)
             zero_steps = top.index
         else:
             weight.plot(top.index, top.clip(lower=floor).to_numpy(), marker="o", label=name, color=colors[name])
-        for head, curve in frame[frame["tag"].str.startswith("recall/slope/")].groupby("tag"):
+        for head, curve in frame[frame["tag"].str.startswith(recall_tag("slope", ""))].groupby("tag"):
             mean = curve.groupby("step")["value"].mean()
             slopes.plot(mean.index, mean.to_numpy(), label=head.rsplit("/", 1)[-1])
     seeds = ", ".join(f"{style} seed {seed}" for style, seed in zip(styles, sorted(data["seed"].unique())))

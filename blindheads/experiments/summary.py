@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -13,27 +12,29 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
-from blindheads.evaluation.report import PREDICTED  # each head's predicted blind distance, materialized
+from blindheads.evaluation.tags import (
+    PREDICTED,
+    RECALL,
+    UNDERFLOW,
+    at_stage,
+    extrapolation_tag,
+    loss_tag,
+    retrieval_tag,
+    underflow_mean_tag,
+)
 from blindheads.experiments.comparisons import write_comparisons
 from blindheads.experiments.runner import provenance, write_json
 
 COLUMNS = {  # summary column -> test metric
-    "val_loss": "test/loss",
-    "loss_1x": "test/extrapolation/1x/loss",
-    "loss_2x": "test/extrapolation/2x/loss",
-    "loss_4x": "test/extrapolation/4x/loss",
-    "loss_8x": "test/extrapolation/8x/loss",
-    "passkey_auc_in": "test/passkey/auc_in_domain",
-    "passkey_auc_out": "test/passkey/auc_out_of_domain",
-    "needle_auc_in": "test/needle/auc_in_domain",
-    "needle_auc_out": "test/needle/auc_out_of_domain",
-    "underflow_1x": "test/underflow/mean_1x",
-    "underflow_4x": "test/underflow/mean_4x",
+    "val_loss": loss_tag("test/"),
+    **{f"loss_{f}x": extrapolation_tag(f, prefix="test/") for f in (1, 2, 4, 8)},
+    **{
+        f"{task}_auc_{side}": retrieval_tag(task, f"auc_{domain}", "test/")
+        for task in ("passkey", "needle")
+        for side, domain in (("in", "in_domain"), ("out", "out_of_domain"))
+    },
+    **{f"underflow_{at}": underflow_mean_tag(at, "test/") for at in ("1x", "4x")},
 }
-HEAD = re.compile(r"^test/underflow/layer(\d+)/head(\d+)$")
-RECALL = re.compile(r"^test/recall/gap(\d+)/exact$")  # recall_near, recall_far: at the smallest and largest gap
-CURVE = re.compile(r"^recall/(gap\d+|distance[\d.]+x)/exact$")  # recall measured during training, per point
-DISTANCE = re.compile(r"^test/recall/distance([\d.]+)x/(\w+)$")  # recall by distance at test
 BY_DISTANCE = {  # recall_by_distance.csv column -> EpisodeRecall's tag
     "distance": "distance",
     "exact": "exact",
@@ -54,7 +55,11 @@ def run_rows(records: list[dict]) -> pd.DataFrame:
         metrics = record.get("metrics", {})
         row = {"setup": record["setup"], "seed": record["seed"], "step": record.get("global_step")}
         row.update({column: _number(metrics.get(tag)) for column, tag in COLUMNS.items()})
-        recall = {int(match[1]): _number(value) for tag, value in metrics.items() if (match := RECALL.match(tag))}
+        recall = {  # recall_near, recall_far: at the smallest and largest gap
+            int(m["gap"]): _number(metrics[m.string])
+            for m in at_stage(RECALL, metrics)
+            if m["gap"] and m["part"] == "exact"
+        }
         row["recall_near"] = recall[min(recall)] if recall else None
         row["recall_far"] = recall[max(recall)] if recall else None
         row["wall_s"] = record.get("wall_s")
@@ -66,10 +71,12 @@ def per_head_underflow(records: list[dict]) -> pd.DataFrame:
     """Setup x head: the share of causal weights exactly zero at 1x, mean over layers and seeds."""
     rows = []
     for record in records:
-        for tag, value in record.get("metrics", {}).items():
-            match = HEAD.match(tag)
-            if match and _number(value) is not None:
-                rows.append({"setup": record["setup"], "head": int(match[2]), "value": float(value)})
+        metrics = record.get("metrics", {})
+        for match in at_stage(UNDERFLOW, metrics):
+            if match["at"] is None and _number(metrics[match.string]) is not None:
+                rows.append(
+                    {"setup": record["setup"], "head": int(match["head"]), "value": float(metrics[match.string])}
+                )
     if not rows:
         return pd.DataFrame()
     frame = pd.DataFrame(rows).groupby(["setup", "head"])["value"].mean().unstack("head")
@@ -82,8 +89,9 @@ def recall_curves(runs_dir: Path, records: list[dict]) -> pd.DataFrame:
     frames = []
     for record in records:
         frame = scalars(runs_dir / record["setup"] / f"seed{record['seed']}")
-        points = frame["tag"].str.extract(CURVE, expand=False)
-        frame = frame[points.notna()].assign(point=points.dropna(), setup=record["setup"], seed=record["seed"])
+        parts = frame["tag"].str.extract(RECALL)  # recall measured during training (no stage), per point
+        keep = parts["stage"].isna() & parts["part"].eq("exact") & (parts["gap"].notna() | parts["distance"].notna())
+        frame = frame[keep].assign(point=parts.loc[keep, "point"], setup=record["setup"], seed=record["seed"])
         frames.append(frame[["setup", "seed", "point", "step", "value"]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -113,9 +121,10 @@ def recall_by_distance(records: list[dict]) -> pd.DataFrame:
     rows = []
     for record in records:
         points: dict[float, dict] = {}
-        for tag, value in record.get("metrics", {}).items():
-            if (match := DISTANCE.match(tag)) and match[2] in BY_DISTANCE.values():
-                points.setdefault(float(match[1]), {})[match[2]] = _number(value)
+        metrics = record.get("metrics", {})
+        for match in at_stage(RECALL, metrics):
+            if match["distance"] and match["part"] in BY_DISTANCE.values():
+                points.setdefault(float(match["distance"]), {})[match["part"]] = _number(metrics[match.string])
         for factor, values in sorted(points.items()):
             row = {"setup": record["setup"], "seed": record["seed"], "factor": factor}
             row.update({column: values.get(tag) for column, tag in BY_DISTANCE.items()})
@@ -129,7 +138,9 @@ def predicted_blind_distances(records: list[dict]) -> dict[str, list[float]]:
     """Setup -> each head's predicted blind distance (materialized softmax) where finite, from its first run."""
     predicted = {}
     for record in records:
-        values = [float(v) for t, v in record.get("metrics", {}).items() if PREDICTED.match(t) and _number(v)]
+        metrics = record.get("metrics", {})
+        materialized = [m.string for m in at_stage(PREDICTED, metrics) if m["softmax"] == "materialized"]
+        values = [float(metrics[tag]) for tag in materialized if _number(metrics[tag])]
         predicted.setdefault(record["setup"], sorted(values))
     return predicted
 
