@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"{given}{USAGE}")
     try:
         COMMANDS[argv[0]](argv[1:])
+        sys.stdout.flush()  # a reader gone away is found here, not in Python's clean-up at exit
     except BrokenPipeError:  # the reader went away (``| head``): nothing more to say, and nothing to flush to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(128 + signal.SIGPIPE)
