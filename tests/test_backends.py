@@ -46,8 +46,8 @@ def logits_and_grads(model, tokens):
     return logits.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("spec", SPECS)
-def test_eager_and_sdpa_agree_on_outputs_and_gradients(spec):
+def eager_and_sdpa_agree(spec: str) -> dict:
+    """The same tiny model under eager and SDPA attention: equal logits and gradients. Returns the eager gradients."""
     tokens = torch.randint(0, 512, (2, 64))
     eager_logits, eager_grads = logits_and_grads(tiny(spec, "eager"), tokens)
     sdpa_logits, sdpa_grads = logits_and_grads(tiny(spec, "sdpa"), tokens)
@@ -55,6 +55,12 @@ def test_eager_and_sdpa_agree_on_outputs_and_gradients(spec):
     assert eager_grads.keys() == sdpa_grads.keys()
     for name in eager_grads:
         torch.testing.assert_close(sdpa_grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    return eager_grads
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_eager_and_sdpa_agree_on_outputs_and_gradients(spec):
+    eager_and_sdpa_agree(spec)
 
 
 def test_learnable_slopes_get_gradients():

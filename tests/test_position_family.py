@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from test_backends import flex_matches_sdpa, logits_and_grads, tiny
+from test_backends import eager_and_sdpa_agree, flex_matches_sdpa
 from test_blindness_vs_softmax import CASES, reference_zero_mask
 from torch import nn
 from transformers.models.t5.modeling_t5 import T5Attention
@@ -168,15 +168,11 @@ def test_fire_equals_the_papers_code(min_length):
 
 @pytest.mark.parametrize("spec", FAMILY)
 def test_eager_and_sdpa_agree_and_gradients_reach_the_bias_parameters(spec):
-    tokens = torch.randint(0, 512, (2, 64))
-    eager_logits, eager_grads = logits_and_grads(tiny(spec, "eager"), tokens)
-    sdpa_logits, sdpa_grads = logits_and_grads(tiny(spec, "sdpa"), tokens)
-    torch.testing.assert_close(sdpa_logits, eager_logits, rtol=1e-5, atol=1e-5)
-    position = [name for name in eager_grads if name.startswith("position.")]
+    grads = eager_and_sdpa_agree(spec)
+    position = [name for name in grads if name.startswith("position.")]
     assert position
     for name in position:
-        torch.testing.assert_close(sdpa_grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
-        assert eager_grads[name].abs().sum() > 0, f"no gradient reaches {name}"
+        assert grads[name].abs().sum() > 0, f"no gradient reaches {name}"
 
 
 @pytest.mark.slow  # compiles FlexAttention once per member
