@@ -73,7 +73,7 @@ class EpisodeRecall(PeriodicEvaluation):
     - per point, ``carriers_blind`` / ``carriers_near_blind`` / ``carriers_reachable``: shares of episodes whose
       fact every carrier gives exactly 0 weight / less than ``NEAR_BLIND`` / some carrier gives more;
     - per point beyond the window, ``exact_capped``: ``exact`` with every head's bias beyond the window's farthest
-      key held at its value there (the eager backend): what returns was lost to the bias.
+      key held at its value there: what returns was lost to the bias (stacks with no bias, NoPE and RoPE: none).
 
     and ``recall/slope/head{h}``, the slopes of learnable ALiBi heads, to follow them over training. ``results_fields``
     holds what ``ResultsFile`` adds to ``results.json``: ``episode_seed`` and ``episode_sets`` (point -> sha256 of
@@ -199,7 +199,7 @@ class EpisodeRecall(PeriodicEvaluation):
             if carriers.any():
                 for kind, share in carrier_classes(point.paths.weights, carriers, NEAR_BLIND).items():
                     scalars[recall_tag(name, f"carriers_{kind}", prefix)] = share.float().mean().item()
-            if name not in inside:
+            if name not in inside and decoder.position.has_bias:
                 with capped_bias(decoder, seq_len - 1):
                     capped = recall(decoder, tokenizer, point.episodes, self.batch_size)
                 scalars[recall_tag(name, "exact_capped", prefix)] = capped.float().mean().item()

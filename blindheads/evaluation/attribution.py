@@ -23,7 +23,6 @@ from torch import Tensor
 
 from blindheads.evaluation.recall import Episode
 from blindheads.evaluation.scoring import score_samples
-from blindheads.modules import backends
 
 CARRIES = 0.05  # share of the in-window episodes a head's ablation must cost for the head to carry recall
 NEAR_BLIND = 1e-6  # a weight below this is as good as blind, though not zero
@@ -94,12 +93,14 @@ def carrier_classes(weights: Tensor, carriers: Tensor, floor: float = NEAR_BLIND
 def capped_bias(decoder, distance: int) -> Iterator[None]:
     """For the block, every head's bias at keys farther back than ``distance`` is its bias at ``distance``: the
     distances fed to the stack's bias are clamped there, so every later stage (log distances, clamps) applies as
-    usual. The eager backend runs meanwhile: the SDPA backend caches the bias it built before."""
+    usual. The decoder's own kind of backend runs meanwhile, in fresh instances: the cached ones hold the bias they
+    built before, and keep it for after."""
     stack = decoder.position
     bias_of_distance = stack.bias_of_distance
     stack.bias_of_distance = lambda d, h, q_idx=None: bias_of_distance(d.clamp_max(distance), h, q_idx)
-    decoder.backend_for = lambda device, attention=None: backends.Eager()
+    cached, decoder._backends = decoder._backends, {}
     try:
         yield
     finally:
-        del stack.bias_of_distance, decoder.backend_for
+        del stack.bias_of_distance
+        decoder._backends = cached
