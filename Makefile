@@ -26,10 +26,12 @@ demo: install
 	$(VENV)/bin/blindheads test $(DEMO) --ckpt_path last --verbose false
 	@echo "checkpoint: runs/demo/alibi/checkpoints/last.ckpt; more commands: . $(VENV)/bin/activate, then blindheads --help"
 
-# The README's test command: lint and format checks, then the whole suite, slow tests included (CI runs this).
+# The README's test command: lint and format checks, the type check, then the whole suite, slow tests included (CI
+# runs this).
 test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -n 2 --durations=15
 
 # The everyday suite: skips tests marked slow.

@@ -68,9 +68,7 @@ def main() -> None:
         "--config",
         "configs/smoke.yaml",
         f"--trainer.logger.init_args.save_dir={root}",
-        "--trainer.callbacks=[]",
-        "--trainer.callbacks+=blindheads.callbacks.throughput.TokenThroughput",
-        "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor",
+        "--callbacks.use=[throughput, lr_monitor]",
     ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     shapes = {
@@ -90,7 +88,7 @@ def main() -> None:
             "--model.decoder.attention=sdpa",
             "--model.decoder.dtype=float32",
             "--trainer.strategy=auto",
-            "--trainer.callbacks=[]",
+            "--callbacks.use=[]",
             f"--trainer.logger.init_args.save_dir={root}",
         ],
     }

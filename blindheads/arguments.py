@@ -37,7 +37,10 @@ def class_path_error(message: str) -> str | None:
     """jsonargparse's error for a class path that names no class of the type expected lists every type it tried (a
     dozen lines): the option, the class path and why, in one line; ``None`` for any other error."""
     key, problem, path = (re.search(pattern, message) for pattern in CLASS_PATH_ERRORS)
-    if not key or not (problem or path):
+    if key and problem:
+        named, wrong = problem[1], problem[2]
+    elif key and path:
+        named, wrong = path[1], f"not {path[2]}"
+    else:
         return None
-    named, wrong = (problem[1], problem[2]) if problem else (path[1], f"not {path[2]}")
     return f"{key[1]}: class_path {named}: {wrong}"

@@ -109,7 +109,9 @@ def log_normaliser(stack: PositionStack, context: int) -> Tensor:
     return total
 
 
-def effective_tau(stack: PositionStack, context: int, dtype: str, threshold: str, softmax: str = "fused") -> Tensor:
+def effective_tau(
+    stack: PositionStack, context: int, dtype: str | torch.dtype, threshold: str, softmax: str = "fused"
+) -> Tensor:
     """Per head, how far below the row's maximum a bias-only logit may fall before its weight is zero."""
     threshold_tau = torch.full((stack.num_heads,), tau(dtype, threshold), dtype=torch.float64)
     if check_softmax(softmax) == "fused":
@@ -183,13 +185,13 @@ def _closed_form(stack: PositionStack, target: Tensor) -> Tensor | None:
     if not biased:
         return torch.full((stack.num_heads,), math.inf, dtype=torch.float64)
     bias = target.clone()
-    for c in reversed(stack.components):
+    for c in reversed(list(stack)):
         bias = c.inverse_logits(bias)  # q.k = 0, and every score transform keeps 0 at 0
-    for c in reversed(stack.components):
+    for c in reversed(list(stack)):
         bias = c.inverse_limit_bias(bias)
     unreachable = ~torch.isfinite(bias)
     d = biased[0].inverse_bias(torch.where(unreachable, torch.zeros_like(bias), bias), torch.arange(stack.num_heads))
-    for c in reversed(stack.components):
+    for c in reversed(list(stack)):
         d = c.inverse_distance(d)
     return torch.where(unreachable, torch.full_like(d, math.inf), d)
 

@@ -71,7 +71,7 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
     small pickled index is wanted."""
     path = check_regular_file(path)
     try:
-        with torch.serialization.safe_globals(OWN_TYPES):
+        with torch.serialization.safe_globals(OWN_TYPES):  # type: ignore[arg-type]  # torch only reads the list: its invariant list[...] is too strict
             return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as error:  # truncated, corrupt, another format, or objects that would run code
         raise ValueError(not_a_checkpoint(path, error)) from None

@@ -140,7 +140,9 @@ def _two_key_weight(gap: float, dtype: torch.dtype, device: torch.device, backen
     raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(SOFTMAX_BACKENDS)}")
 
 
-def measure_tau(dtype: str | torch.dtype, device: str = "cpu", backend: str = "eager", iterations: int = 60) -> float:
+def measure_tau(
+    dtype: str | torch.dtype, device: str | torch.device = "cpu", backend: str = "eager", iterations: int = 60
+) -> float:
     """The smallest logit gap at which this device, backend and dtype's softmax returns an exact zero.
 
     Compare with ``tau(dtype, "normal")`` (flush-to-zero) and ``tau(dtype, "subnormal")`` (subnormals kept). The

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,7 +21,6 @@ from blindheads.experiments.comparisons import (
     write_comparisons,
 )
 
-GRID = Path(__file__).parents[1] / "results/recall_by_distance/recall_by_distance.csv"
 TAIL_5_SEEDS = 0.5 * math.erfc(math.sqrt(5 / 4) * 2.776445 / math.sqrt(2))  # the expanded 95% tail, t[4] printed
 
 
@@ -70,13 +68,14 @@ def test_pairing_narrows_the_interval_under_a_strong_seed_effect():
 
 
 def test_log_distance_against_alibi_at_8x_reproduces_by_hand_and_exact_enumeration():
-    """The committed grid at 8 windows: log distances 1, 0, 0, 1, 0 of 64 by seed, ALiBi 11, 7, 12, 29, 37. The
+    """An earlier grid at 8 windows: log distances 1, 0, 0, 1, 0 of 64 by seed, ALiBi 11, 7, 12, 29, 37. The
     bootstrap's distribution is enumerated exactly: every multiset of 5 seeds, the binomials convolved."""
-    grid = pd.read_csv(GRID)
-    table = grid.assign(point=grid["factor"].map(lambda f: f"distance{f:g}x"), episodes=64)
-    table["correct"] = (table["exact"] * 64).round().astype(int)
-    row = compare(table[["setup", "seed", "point", "correct", "episodes"]], [("log_distance", "alibi")]).iloc[-1]
     a, b = np.array([1, 0, 0, 1, 0]), np.array([11, 7, 12, 29, 37])
+    table = pd.DataFrame(
+        [{"setup": setup, "seed": seed, "point": "distance8x", "correct": int(counts[seed]), "episodes": 64}
+         for setup, counts in (("log_distance", a), ("alibi", b)) for seed in range(5)]
+    )  # fmt: skip
+    row = compare(table, [("log_distance", "alibi")]).iloc[-1]
     assert row["point"] == "distance8x" and row["mean_diff"] == pytest.approx((2 - 96) / (5 * 64))
     assert (row["seeds"], row["wins"], row["ties"], row["losses"], row["p_sign_flip"]) == (5, 0, 0, 5, 2 / 32)
 
@@ -129,3 +128,25 @@ def test_records_give_counts_pairs_verdicts_and_baselines(tmp_path):
     assert written.loc[("nope", "rope", "distance2x"), "at_baseline"] == "rope"
     assert written.loc[("alibi", "baseline", "distance2x"), "at_baseline"] == "alibi"
     assert "| nope - alibi | +0.00 [+0.00, +0.00] 0/5/0 | **+0.70 [" in (tmp_path / "verdicts.md").read_text()
+
+
+def test_recall_under_the_cap_is_compared_with_the_same_setup_uncapped_and_not_with_the_baseline(tmp_path):
+    """A run's ``exact_capped`` enters as ``SETUP capped`` beside ``SETUP``: recall that returns under the cap in
+    every seed is higher; the capped setup is not compared with ALiBi or with the best constant answer."""
+    records = [
+        {"setup": setup, "seed": seed, "metrics": {
+            "test/recall/distance4x/exact": 0.25, "test/recall/distance4x/exact_capped": capped,
+            "test/recall/distance4x/episodes": 64, "test/recall/distance4x/baseline": 0.125,
+        }}
+        for seed in range(8) for setup, capped in (("alibi", 0.75 + seed / 64), ("steep", 0.25))
+    ]  # fmt: skip
+    assert pairs(["alibi", "steep", "alibi capped", "steep capped"]) == [
+        ("steep", "alibi"),
+        ("alibi capped", "alibi"),
+        ("steep capped", "steep"),
+    ]
+    write_comparisons(tmp_path, records)
+    written = pd.read_csv(tmp_path / "verdicts.csv", keep_default_na=False).set_index(["setup_a", "setup_b", "point"])
+    assert written.loc[("alibi capped", "alibi", "distance4x"), "verdict"] == "higher"
+    assert written.loc[("steep capped", "steep", "distance4x"), "verdict"] == "no difference shown"
+    assert {a for a, b, _ in written.index if b in ("alibi", "baseline")} == {"steep", "alibi capped", "alibi"}

@@ -14,7 +14,7 @@ from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.callbacks.results import ResultsFile
 from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.retrieval_mix import RetrievalMix
-from blindheads.experiments.summary import distance_markdown, recall_by_distance
+from blindheads.experiments.summary import attribution_markdown, distance_markdown, head_attribution, recall_by_distance
 
 BLIND_AT_48 = "alibi(blind_distances=[48, 48, 48, 48], learnable=True)"
 
@@ -171,3 +171,24 @@ def test_the_distance_table_names_each_points_episodes_and_marks_constant_answer
     assert "| setup | seeds | 0.5x (32; 64-token episodes, in the window) | 1x (64; 78-token episodes, beyond" in text
     assert "| alibi | 2 | 0.25 ± 0.00 (0.00) [one answer: 1/2 seeds] |" in text
     assert text.endswith("| best constant answer | | 0.25 | 0.25 |\n")
+
+
+def test_the_attribution_table_counts_each_carrier_over_seeds_beside_recall_under_the_cap():
+    """Layer 0's head 4 carries recall in both seeds, layer 1's head 2 in one (0.10 >= 0.05), l0h1 in none (0.01); at 4x recall goes
+    from 0.20 to 0.90 under the cap, with the carriers near-blind in half the episodes on average."""
+    records = []
+    for seed, (cost12, near_blind) in enumerate(((0.10, 0.25), (0.0, 0.75))):
+        metrics = {"test/recall/heads/layer0/head4/ablation_cost": 0.5, "test/recall/heads/layer0/head1/ablation_cost": 0.01,
+                   "test/recall/heads/layer1/head2/ablation_cost": cost12, "test/recall/heads/layer0/head4/blind_by": 256.0}  # fmt: skip
+        for factor, exact, capped in ((0.5, 1.0, None), (4, 0.2, 0.9)):
+            point = f"test/recall/distance{factor:g}x"
+            metrics.update({f"{point}/distance": 64 * factor, f"{point}/exact": exact, f"{point}/carriers_blind": 0.0,
+                            f"{point}/carriers_near_blind": near_blind, f"{point}/length": 64 * factor + 16})  # fmt: skip
+            if capped is not None:
+                metrics[f"{point}/exact_capped"] = capped
+        records.append({"setup": "alibi", "seed": seed, "metrics": metrics})
+    heads = head_attribution(records)
+    assert len(heads) == 6 and heads.set_index(["seed", "layer", "head"]).loc[(0, 0, 4), "blind_by"] == 256.0
+    text = attribution_markdown(recall_by_distance(records), heads, 0.05)
+    assert "| setup | seeds | carriers | 4x |" in text
+    assert "| alibi | 2 | l0h4: 2, l1h2: 1 | 0.20 -> 0.90 [0.00 / 0.50] |" in text

@@ -26,9 +26,9 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     finished one is not; other options are refused, naming the difference. The grid runs in this process (its fits
     and tests in their own)."""
     out = tmp_path / "grid"
-    # 8 episodes per distance (EpisodeRecall's samples, the last callback) instead of 64
+    # 8 episodes per distance (EpisodeRecall's samples) instead of 64
     shrink = ["--data.cache_dir", str(cache_dir), "--trainer.max_steps", "3", "--data.batch_size", "2",
-              "--data.val_windows", "2", "--trainer.callbacks.samples", "8"]  # fmt: skip
+              "--data.val_windows", "2", "--callbacks.recall.samples", "8"]  # fmt: skip
     protocol = [
         str(REPO / f"configs/experiments/{name}.yaml") for name in ("laptop", "dense_recall", "recall_by_distance")
     ]
@@ -180,7 +180,8 @@ def test_recall_by_distance_becomes_a_tidy_table_a_markdown_grid_and_a_figure(tm
     table = pd.read_csv(tmp_path / "recall_by_distance.csv")
     assert list(table.columns) == ["setup", "seed", "factor", "distance", "window", "exact", "blind_share",
                                    "unreachable_share", "failed_blind", "failed_reachable", "baseline",
-                                   "constant_answer", "length"]  # fmt: skip
+                                   "constant_answer", "length", "exact_capped", "carriers_blind",
+                                   "carriers_near_blind", "carriers_reachable"]  # fmt: skip
     assert len(table) == 6 and set(table["window"]) == {64} and set(table["distance"]) == {32, 512}
     robust_far = table[(table["setup"] == "robust") & (table["factor"] == 8)].iloc[0]
     assert robust_far["failed_blind"] == 1 and robust_far["failed_reachable"] == 0

@@ -11,27 +11,34 @@ import pytest
 import yaml
 from training_runs import REPO, run_cli, scalars
 
-from blindheads.cli.lightning import build_cli
+from blindheads.cli import callback_set
+from blindheads.cli.lightning import BlindheadsCLI, build_cli
 from blindheads.modules.schedules import lr_multiplier
 
 PAPER = REPO / "configs/experiments/paper.yaml"
 REHEARSAL = REPO / "configs/rehearsal.yaml"
-REHEARSAL_CALLBACKS = REPO / "configs/callbacks/rehearsal.yaml"
 INTERVALS = ("every_n_steps", "every_n_train_steps")
 COSTS = ("samples",)  # prompts per retrieval cell: fewer on the CPU, every cell kept
 GPU_FILES = [*sorted((REPO / "configs/position").glob("*.yaml")), *(REPO / "configs/trainer").glob("[!c]*.yaml")]
 
 
-def test_the_rehearsal_keeps_the_papers_callbacks_but_for_their_intervals_and_sample_counts():
-    def unscaled(callbacks):
-        return [{**c, "init_args": {k: v for k, v in (c.get("init_args") or {}).items() if k not in INTERVALS + COSTS}}
-                for c in callbacks]  # fmt: skip
+def test_the_rehearsal_keeps_the_papers_callbacks_but_for_their_intervals_and_sample_counts(monkeypatch):
+    """The callbacks as parsed from paper.yaml alone and with the rehearsal over it: the same classes and arguments,
+    but for the intervals (each of which fires within the rehearsal's steps, and at its last) and the prompt counts."""
 
-    paper = yaml.safe_load((REPO / "configs/callbacks/paper.yaml").read_text())
-    rehearsal = yaml.safe_load(REHEARSAL_CALLBACKS.read_text())
-    assert unscaled(rehearsal) == unscaled(paper)
+    def used(*configs):
+        cli = build_cli([*(f"--config={config}" for config in configs), "--trainer.logger=false"], run=False)
+        return callback_set.used(cli.config.callbacks)
+
+    def unscaled(callbacks):
+        return [(kind, {k: v for k, v in args.items() if k not in INTERVALS + COSTS}) for kind, args in callbacks]
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(BlindheadsCLI, "instantiate_classes", lambda self: None)  # the parsed options are compared
+    paper, rehearsal = used(PAPER), used(PAPER, REHEARSAL)
+    assert unscaled(rehearsal) == unscaled(paper) and rehearsal != paper
     steps = yaml.safe_load(REHEARSAL.read_text())["trainer"]["max_steps"]
-    intervals = [v for c in rehearsal for k, v in (c.get("init_args") or {}).items() if k in INTERVALS]
+    intervals = [v for _, args in rehearsal for k, v in args.items() if k in INTERVALS and v is not None]
     assert intervals and all(v <= steps and steps % v == 0 for v in intervals), "each fires, and at the last step"
 
 
@@ -93,11 +100,7 @@ def test_the_paper_recipe_rehearsed_on_two_ranks(cache_dir, tmp_path):
     assert scalars(run, "train/tokens")[11] == 12 * 2 * 2 * 512, "steps x ranks x windows x tokens"
 
     # the resume's steps, not its evaluations, are under test: it keeps only the checkpoint callback
-    callbacks = yaml.safe_load(REHEARSAL_CALLBACKS.read_text())
-    checkpoints = [c for c in callbacks if c["class_path"].endswith(".ModelCheckpoint")]
-    (tmp_path / "checkpoints.yaml").write_text(yaml.safe_dump(checkpoints))
-    resumed = run_cli(["fit", *common, "--trainer.logger.init_args.version", "resumed",
-                       "--trainer.callbacks", str(tmp_path / "checkpoints.yaml"),
+    resumed = run_cli(["fit", *common, "--trainer.logger.init_args.version", "resumed", "--callbacks.use=[checkpoint]",
                        "--ckpt_path", str(run / "checkpoints/epoch=0-step=6.ckpt")], timeout=900)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     before, after = scalars(run, "train/loss"), scalars(tmp_path / "wide/resumed", "train/loss")

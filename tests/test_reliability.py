@@ -135,14 +135,12 @@ def test_a_head_blind_at_the_longest_length_gets_measured_and_predicted_charts(t
     run_dir = copy_run(trained_run, tmp_path)
     args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"})
     (tmp_path / "checkpoints.yaml").write_text(CHECKPOINT_EVERY_5_STEPS + """
-    - class_path: blindheads.callbacks.underflow.UnderflowMonitor
-      init_args: {length_factors: [1.0, 8.0]}
-    - class_path: blindheads.callbacks.episode_recall.EpisodeRecall
-      init_args: {gaps: [], distances: [0.5, 2.0], samples: 2}
+  underflow: {length_factors: [1.0, 8.0]}
+  recall: {gaps: [], distances: [0.5, 2.0], samples: 2}
 data:
   retrieval_mix: {facts: 1, value_digits: [1, 1], max_gap: 16}  # episodes that fit the 64-token window
 """)  # fmt: skip
-    main(["test", *args, "--ckpt_path", "last"])
+    main(["test", *args, "--callbacks.use=[checkpoint, underflow, recall]", "--ckpt_path", "last"])
     charts = assert_every_chart_draws_a_tag(run_dir)
     (distances,) = [titled for category, titled in charts.items() if category.startswith("blind distance at 512")]
     assert list(distances) == [

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 from training_runs import REPO, refusal
 
+from blindheads.analysis.paths import CALLBACK_DEFAULTS
 from blindheads.experiments import grid
 from blindheads.experiments.loop import DONE, Run, complete
 from blindheads.experiments.runner import (
@@ -41,6 +42,20 @@ def test_a_run_directory_made_with_other_options_is_refused_naming_the_differenc
     callbacks.write_text("- class_path: y\n")  # a file the config names changed
     with pytest.raises(RunChanged, match=r"config files changed since: .*callbacks.yaml"):
         claim(run, identity(["--seed_everything", "0"], [str(config)]))
+
+
+def test_the_callback_defaults_every_config_builds_on_are_part_of_a_runs_identity(tmp_path, monkeypatch):
+    """``configs/callbacks/base.yaml`` is read by every run though no config names it: editing it changes every
+    run's identity, so a grid refuses the runs made before."""
+    checkout = tmp_path / "checkout"
+    (checkout / "configs/callbacks").mkdir(parents=True)
+    (checkout / CALLBACK_DEFAULTS).write_text("callbacks: {}\n")
+    monkeypatch.setattr("blindheads.experiments.runner.from_repository", lambda path: checkout / path)
+    run = tmp_path / "runs/alibi/seed0"
+    claim(run, identity([], []))
+    (checkout / CALLBACK_DEFAULTS).write_text("callbacks: {checkpoint: {save_top_k: 1}}\n")
+    with pytest.raises(RunChanged, match="config files changed since: configs/callbacks/base.yaml"):
+        claim(run, identity([], []))
 
 
 def test_the_grid_refuses_before_running_anything(tmp_path, capsys):

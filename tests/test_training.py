@@ -17,7 +17,8 @@ from blindheads.checkpoints import read_checkpoint
 from blindheads.cli.lightning import build_cli
 from blindheads.modules.schedules import lr_multiplier
 
-# Every config a user passes with --config; configs/callbacks/ and configs/strategies/ hold parts the configs name.
+# Every config a user passes with --config; configs/callbacks/ holds the callbacks' defaults, configs/strategies/ parts
+# the configs name.
 CONFIGS = sorted(
     str(p.relative_to(REPO))
     for p in (REPO / "configs").rglob("*.yaml")
@@ -374,20 +375,20 @@ def test_a_size_names_a_preset_and_the_config_records_its_shape(cache_dir):
         assert getattr(cli.model.config, name) == cli.config.model.decoder[name] == getattr(SIZES["tiny"], name)
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs/callbacks").glob("*.yaml")), ids=lambda p: p.name)
-def test_callback_lists_name_only_what_differs_from_the_signatures_defaults(path):
-    import importlib
+def test_the_callbacks_base_names_only_what_differs_from_the_signatures_defaults():
     import inspect
 
     import yaml
 
-    for callback in yaml.safe_load(path.read_text()):
-        module, _, name = callback["class_path"].rpartition(".")
+    from blindheads.analysis.paths import CALLBACK_DEFAULTS
+    from blindheads.cli.callback_set import KINDS
+
+    for name, arguments in yaml.safe_load((REPO / CALLBACK_DEFAULTS).read_text())["callbacks"].items():
         defaults = {}  # a subclass passes some arguments on to its base (**kwargs): the nearest signature's default
-        for cls in reversed(getattr(importlib.import_module(module), name).__mro__):
+        for cls in reversed(KINDS[name].__mro__):
             init = cls.__dict__.get("__init__")
             if init is not None:
                 defaults.update({k: p.default for k, p in inspect.signature(init).parameters.items()})
-        for key, value in (callback.get("init_args") or {}).items():
+        for key, value in arguments.items():
             default = defaults[key]
             assert value != (list(default) if isinstance(default, tuple) else default), f"{name}.{key} is the default"

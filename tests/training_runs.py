@@ -16,27 +16,20 @@ TESTS = Path(__file__).resolve().parent
 
 
 CHECKPOINT_EVERY_5_STEPS = """
-trainer:
-  callbacks:
-    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args:
-        every_n_train_steps: 5
-        save_last: true
-        save_top_k: -1
+callbacks:
+  use: [checkpoint]
+  checkpoint: {every_n_train_steps: 5}
 """
 
 
 EVALUATIONS = """
-    - class_path: blindheads.callbacks.underflow.UnderflowMonitor
-      init_args: {every_n_steps: 10, length_factors: [1.0, 4.0]}
-    - class_path: blindheads.callbacks.gradient_blindness.GradientBlindness
-      init_args: {every_n_steps: 10}
-    - class_path: blindheads.callbacks.retrieval.PasskeyEval
-      init_args: {every_n_steps: 10, lengths: [128, 192], depths: [0.0, 1.0], samples: 3}
-    - class_path: blindheads.callbacks.retrieval.NeedleEval
-      init_args: {every_n_steps: 10, lengths: [128, 192], depths: [0.0, 1.0], samples: 3}
-    - class_path: blindheads.callbacks.extrapolation.LengthExtrapolation
-      init_args: {every_n_steps: 10, factors: [1, 2], sequences: 4}
+callbacks:
+  use: [checkpoint, underflow, gradients, passkey, needle, extrapolation]
+  underflow: {every_n_steps: 10, length_factors: [1.0, 4.0]}
+  gradients: {every_n_steps: 10}
+  passkey: {every_n_steps: 10, lengths: [128, 192], depths: [0.0, 1.0], samples: 3}
+  needle: {every_n_steps: 10, lengths: [128, 192], depths: [0.0, 1.0], samples: 3}
+  extrapolation: {every_n_steps: 10, factors: [1, 2], sequences: 4}
 """
 
 
@@ -44,7 +37,9 @@ def tiny_run_args(run_dir: Path, cache_dir: Path, evaluations: bool = False, **o
     """A tiny fit on the builtin corpus: 4-window batches of 64 tokens, checkpoints every 5 steps, and with
     ``evaluations`` the underflow, retrieval and extrapolation callbacks every 10 steps."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "checkpoints.yaml").write_text(CHECKPOINT_EVERY_5_STEPS + (EVALUATIONS if evaluations else ""))
+    (run_dir / "checkpoints.yaml").write_text(CHECKPOINT_EVERY_5_STEPS)
+    if evaluations:  # composed after checkpoints.yaml: it names the callbacks' evaluation arguments only
+        (run_dir / "evaluations.yaml").write_text(EVALUATIONS)
     options = {
         "--data.cache_dir": str(cache_dir),
         "--data.seq_len": "64",
@@ -66,6 +61,7 @@ def tiny_run_args(run_dir: Path, cache_dir: Path, evaluations: bool = False, **o
         str(REPO / "configs/size/tiny.yaml"),
         "--config",
         str(run_dir / "checkpoints.yaml"),
+        *(["--config", str(run_dir / "evaluations.yaml")] if evaluations else []),
     ]
     for key, value in options.items():
         args += [key, value]

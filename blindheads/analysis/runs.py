@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from blindheads.evaluation.tags import UNDERFLOW, loss_tag, retrieval_tag
 
-COMPARISON = {  # column -> its tag at a stage: "val/" or "" (retrieval) in the logs, "test/" in results.json
+# column -> its tag at a stage: "val/" or "" (retrieval) in the logs, "test/" in results.json
+COMPARISON: dict[str, Callable[[str], str]] = {
     "val_loss": loss_tag,
     **{
         f"{task}_{name}": partial(retrieval_tag, task, name)

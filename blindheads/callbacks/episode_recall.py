@@ -4,8 +4,9 @@ window: does the model use what lies that far back, and where it does not, could
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import lightning as L
 import torch
@@ -26,6 +27,7 @@ from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.recall import Episode, episode_set, recall_samples
 from blindheads.evaluation.scoring import score_samples, top_share
 from blindheads.evaluation.tags import distance_point, gap_point, recall_head_tag, recall_tag, recall_weight_tag
+from blindheads.modules.lm import DecoderLM
 
 CONSTANT = 0.9  # a point where one predicted answer is this share of the episodes is answered by rote
 
@@ -83,8 +85,8 @@ class EpisodeRecall(PeriodicEvaluation):
     def __init__(
         self,
         every_n_steps: int | None = 50,
-        gaps: list[int] = (8, 128),
-        distances: list[float] = (),
+        gaps: Sequence[int] = (8, 128),
+        distances: Sequence[float] = (),
         samples: int = 32,
         batch_size: int = 16,
         seed: int | None = None,
@@ -110,28 +112,33 @@ class EpisodeRecall(PeriodicEvaluation):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Build the episodes now: a gap the window cannot hold fails before training, not at the first evaluation."""
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
-        self._episode_seed = trainer.strategy.broadcast(seed, src=0)
-        sets = {}
-        for name, where in self.points(trainer.datamodule.seq_len).items():
-            try:
-                sets[name] = episode_set(self.episodes(trainer, name, where))
-            except ValueError as error:
-                raise ValueError(f"EpisodeRecall {name}: {error}") from None
-        self.results_fields = {"episode_seed": self._episode_seed, "episode_sets": sets}
-        if self.attribution and not self._in_window(trainer, self.points(trainer.datamodule.seq_len)):
+        data = trainer.datamodule  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        seed = trainer.strategy.broadcast(seed, src=0)  # rank 0's: every rank answers the same episodes
+        self.results_fields = {"episode_seed": seed, "episode_sets": self.draw(data, seed)}
+        if self.attribution and not self._in_window(data.seq_len, self.points(data.seq_len)):
             raise ValueError(
                 "EpisodeRecall attribution ablates heads at an in-window point: add a gap or a distance < 1"
             )
 
-    def _in_window(self, trainer: L.Trainer, names) -> list[str]:
+    def draw(self, data, seed: int) -> dict[str, str]:
+        """Every point's episodes from the data module's held-out text, drawn by ``seed`` (what later evaluations
+        answer), and each point's episode set (sha256 of its token ids)."""
+        self._episode_seed, sets = seed, {}
+        for name, where in self.points(data.seq_len).items():
+            try:
+                sets[name] = episode_set(self.episodes(data, name, where))
+            except ValueError as error:
+                raise ValueError(f"EpisodeRecall {name}: {error}") from None
+        return sets
+
+    def _in_window(self, seq_len: int, names) -> list[str]:
         """The points among ``names`` whose every episode fits a training window."""
-        seq_len = trainer.datamodule.seq_len
         return [n for n in names if max(e.sample.length for e in self._episodes[(n, self._episode_seed)]) <= seq_len]
 
-    def episodes(self, trainer: L.Trainer, name: str, where: dict[str, int]) -> list[Episode]:
+    def episodes(self, data, name: str, where: dict[str, int]) -> list[Episode]:
+        """The episodes of point ``name`` (drawn by ``draw``'s seed), made once."""
         key = (name, self._episode_seed)
         if key not in self._episodes:
-            data = trainer.datamodule
             writer = EpisodeWriter(data.retrieval_mix or RetrievalMix(), data.tokenizer.backend_tokenizer, data.seq_len)
             text = max(self.samples * data.seq_len, where.get("distance", 0) + data.seq_len)
             haystack = data.heldout_tokens(text).tolist()
@@ -140,15 +147,15 @@ class EpisodeRecall(PeriodicEvaluation):
             )
         return self._episodes[key]
 
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> dict | None:
+    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict | None:
         if not trainer.is_global_zero:
             return None
         decoder, scalars, measured = pl_module.decoder, {}, {}
         with evaluating(pl_module), torch.no_grad(), trainer.precision_plugin.forward_context():
-            for name, where in self.points(trainer.datamodule.seq_len).items():
-                episodes = self.episodes(trainer, name, where)
+            for name, where in self.points(trainer.datamodule.seq_len).items():  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                episodes = self.episodes(trainer.datamodule, name, where)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
                 samples = [e.sample for e in episodes]
-                scores = score_samples(decoder, trainer.datamodule.tokenizer, samples, self.batch_size)
+                scores = score_samples(decoder, trainer.datamodule.tokenizer, samples, self.batch_size)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
                 exact = torch.tensor([s.exact for s in scores])
                 paths = self._answer_paths(decoder, episodes, pl_module.device, autocast_dtype(trainer))
                 measured[name] = Measured(episodes, exact, paths)
@@ -160,7 +167,7 @@ class EpisodeRecall(PeriodicEvaluation):
                 scalars[tag("constant_answer")] = float(top_share(s.predicted for s in scores) >= CONSTANT)
                 scalars[tag("distance")] = measured[name].distance
                 scalars[tag("length")] = length
-                scalars[tag("in_window")] = float(length <= trainer.datamodule.seq_len)
+                scalars[tag("in_window")] = float(length <= trainer.datamodule.seq_len)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
                 scalars[tag("blind")] = paths.blind.float().mean().item()
                 scalars[tag("unreachable")] = (~paths.reachable).float().mean().item()
                 scalars[tag("failed_blind")] = (~exact & paths.blind).float().mean().item()
@@ -178,8 +185,8 @@ class EpisodeRecall(PeriodicEvaluation):
 
     def _attribute(self, trainer: L.Trainer, decoder, measured: dict[str, Measured], prefix: str) -> dict[str, float]:
         """The attribution scalars (see the class docstring) from the points already measured."""
-        tokenizer, seq_len, scalars = trainer.datamodule.tokenizer, trainer.datamodule.seq_len, {}
-        inside = self._in_window(trainer, measured)
+        tokenizer, seq_len, scalars = trainer.datamodule.tokenizer, trainer.datamodule.seq_len, {}  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        inside = self._in_window(seq_len, measured)
         near = max(inside, key=lambda n: measured[n].distance)
         costs = ablation_costs(decoder, tokenizer, measured[near].episodes, self.batch_size)
         carriers = costs >= CARRIES
@@ -208,7 +215,8 @@ class EpisodeRecall(PeriodicEvaluation):
     def _answer_paths(self, decoder, episodes: list[Episode], device, dtype: torch.dtype) -> AnswerPaths:
         """The answer paths of every episode, in the episodes' order (batched by length): from the query that
         predicts the answer's first content token to the fact's."""
-        weights, reachable = [None] * len(episodes), [None] * len(episodes)
+        weights: list[torch.Tensor | None] = [None] * len(episodes)
+        reachable: list[torch.Tensor | None] = [None] * len(episodes)
         for batch in length_batches(episodes, self.batch_size):
             tokens = torch.stack([episodes[i].sample.tokens for i in batch]).to(device)
             queries = torch.tensor([episodes[i].answer - 1 for i in batch], device=device)
@@ -216,4 +224,5 @@ class EpisodeRecall(PeriodicEvaluation):
             paths = answer_paths(decoder, tokens, queries, facts, dtype)
             for row, i in enumerate(batch):
                 weights[i], reachable[i] = paths.weights[row], paths.reachable[row]
-        return AnswerPaths(torch.stack(weights), torch.stack(reachable))
+        filled = cast(list[torch.Tensor], weights), cast(list[torch.Tensor], reachable)  # each episode in one batch
+        return AnswerPaths(torch.stack(filled[0]), torch.stack(filled[1]))

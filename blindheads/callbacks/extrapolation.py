@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import lightning as L
 import torch
 
@@ -9,6 +11,7 @@ from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, train
 from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.scoring import token_losses
 from blindheads.evaluation.tags import extrapolation_tag
+from blindheads.modules.lm import DecoderLM
 
 
 class LengthExtrapolation(PeriodicEvaluation):
@@ -16,19 +19,21 @@ class LengthExtrapolation(PeriodicEvaluation):
     overall and per bucket of one training length of positions (``extrapolation/4x/bucket2`` is the loss on
     positions 2L..3L-1 of 4L-token sequences). Each rank scores its share of ``sequences`` per factor."""
 
-    def __init__(self, every_n_steps: int | None = 500, factors: list[int] = (1, 2, 4, 8), sequences: int = 2) -> None:
+    def __init__(
+        self, every_n_steps: int | None = 500, factors: Sequence[int] = (1, 2, 4, 8), sequences: int = 2
+    ) -> None:
         if sequences < 1 or any(f < 1 for f in factors):
             raise ValueError(f"factors and sequences must be >= 1, got {list(factors)} and {sequences}")
         super().__init__(every_n_steps)
         self.factors, self.sequences = list(factors), sequences
 
     @torch.no_grad()
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> dict[str, float]:
+    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict[str, float]:
         base = training_length(trainer, pl_module)
         results = {}
         for factor in self.factors:
             length = factor * base
-            tokens = trainer.datamodule.heldout_windows(self.sequences, length)
+            tokens = trainer.datamodule.heldout_windows(self.sequences, length)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
             mine = tokens[trainer.global_rank :: trainer.world_size].to(pl_module.device)
             bucket_sums = torch.zeros(factor, dtype=torch.float64, device=pl_module.device)
             if len(mine):

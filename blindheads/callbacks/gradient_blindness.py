@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import cast
 
 import lightning as L
 import torch
@@ -13,6 +14,8 @@ from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, lo
 from blindheads.evaluation.contexts import evaluating, forward_hooks
 from blindheads.evaluation.tags import gradient_tag
 from blindheads.evaluation.underflow import GradientStatistics, gradient_statistics
+from blindheads.modules.decoder import Block
+from blindheads.modules.lm import DecoderLM
 
 
 class GradientBlindness(PeriodicEvaluation):
@@ -38,7 +41,7 @@ class GradientBlindness(PeriodicEvaluation):
         self.statistics: list[GradientStatistics] = []
         self.slope_grad: dict[str, torch.Tensor] = {}
 
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> dict | None:
+    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict | None:
         if not trainer.is_global_zero:
             return None
         decoder, dtype, length = pl_module.decoder, autocast_dtype(trainer), training_length(trainer, pl_module)
@@ -48,17 +51,18 @@ class GradientBlindness(PeriodicEvaluation):
             logits.append(inputs[0])
             weights.append(output)
 
-        hooks = forward_hooks([b.attn.weights for b in decoder.blocks], lambda _: keep)
+        blocks = cast(list[Block], decoder.blocks)  # a ModuleList of Blocks
+        hooks = forward_hooks([b.attn.weights for b in blocks], lambda _: keep)
         # validate and test run under inference mode, which enable_grad alone does not leave
         with evaluating(pl_module), hooks, torch.inference_mode(False), torch.enable_grad():
-            tokens = trainer.datamodule.heldout_windows(self.batch_size, length).to(pl_module.device).clone()  # savable
+            tokens = trainer.datamodule.heldout_windows(self.batch_size, length).to(pl_module.device).clone()  # type: ignore[attr-defined]  # undeclared, set at run time; savable
             with trainer.precision_plugin.forward_context():
                 hidden = decoder.hidden_states(tokens[:, :-1], attention="eager", softmax_dtype=dtype)
                 loss = F.cross_entropy(decoder.lm_head(hidden).flatten(0, 1).float(), tokens[:, 1:].flatten())
             grads = torch.autograd.grad(loss, logits, retain_graph=True)
             self.statistics = [gradient_statistics(x, w, g) for x, w, g in zip(logits, weights, grads)]
             self.slope_grad = head_parameter_gradients(pl_module, logits, grads, length, dtype)
-        scalars = {}
+        scalars: dict[str, float] = {}
         for layer, stats in enumerate(self.statistics):
             for name, values in (
                 ("grad_zero_given_zero_weight", stats.zero_given_zero_weight),

@@ -6,6 +6,7 @@ draws tags they write (TensorBoard shows an empty "Matches (0)" chart for a patt
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import lightning as L
 import torch
@@ -29,6 +30,7 @@ from blindheads.evaluation.tags import (
     underflow_mean_tag,
     underflow_tag,
 )
+from blindheads.modules.lm import DecoderLM
 
 PREFIX = f"({'|'.join(STAGES)})?"
 SOFTMAXES = "(materialized|fused)"  # both predictions, in one chart
@@ -40,15 +42,18 @@ def chart(*patterns: str) -> list:
     return ["Multiline", [PREFIX + pattern for pattern in patterns]]
 
 
-def layout(trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
+def layout(trainer: L.Trainer, pl_module: DecoderLM) -> dict:
     """The CUSTOM SCALARS tab: categories of charts, each a list of tag regexes drawn together, for the evaluations
     in ``trainer.callbacks``."""
     categories = {}
-    for callback in trainer.callbacks:
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         if isinstance(callback, UnderflowMonitor):
             categories.update(underflow_charts(trainer, pl_module, callback))
     points = [
-        p for c in trainer.callbacks if isinstance(c, EpisodeRecall) for p in c.points(trainer.datamodule.seq_len)
+        p
+        for c in trainer.callbacks  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        if isinstance(c, EpisodeRecall)
+        for p in c.points(trainer.datamodule.seq_len)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
     ]
     if points:
         names = "|".join(map(re.escape, points))
@@ -56,7 +61,7 @@ def layout(trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
         categories["recall by distance"] = {
             title: chart(recall_tag(f"({names})", part) + "$") for title, part in parts.items()
         }
-    tasks = [c.task for c in trainer.callbacks if isinstance(c, RetrievalEval)]
+    tasks = [c.task for c in trainer.callbacks if isinstance(c, RetrievalEval)]  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
     if tasks:
         charts = {
             f"{task}, exact by length and depth": chart(retrieval_exact_tag(task, r"\d+", r"\d+") + "$")
@@ -67,12 +72,12 @@ def layout(trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
         )
         categories["retrieval"] = charts
     categories["loss"] = {"train and validation": chart(loss_tag("train/") + "$", loss_tag() + "$")}
-    if any(isinstance(c, LengthExtrapolation) for c in trainer.callbacks):
+    if any(isinstance(c, LengthExtrapolation) for c in trainer.callbacks):  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         categories["loss"]["by length"] = chart(extrapolation_tag(r"\d+") + "$")
     return categories
 
 
-def underflow_charts(trainer: L.Trainer, pl_module: L.LightningModule, monitor: UnderflowMonitor) -> dict:
+def underflow_charts(trainer: L.Trainer, pl_module: DecoderLM, monitor: UnderflowMonitor) -> dict:
     """Underflow per layer at the monitor's longest length (at the training length little or nothing is blind), and
     per head its measured blind distance beside the predicted ones, in separate charts. A head is measured blind only
     within the longest length: heads predicted blind beyond it share one chart of predictions."""
@@ -80,6 +85,7 @@ def underflow_charts(trainer: L.Trainer, pl_module: L.LightningModule, monitor: 
     longest = max(scaled_lengths(trainer, pl_module, monitor.length_factors))
     at = length_label(longest, base)
     config = pl_module.decoder.config
+    assert config.num_layers is not None  # DecoderConfig fills its shape
     underflow = {
         f"layer {layer}": chart(underflow_tag(layer, r"\d+", at=re.escape(at)) + "$")
         for layer in range(config.num_layers)
@@ -126,4 +132,4 @@ class TensorBoardLayout(L.Callback):
             return
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_custom_scalars(layout(trainer, pl_module))
+                logger.experiment.add_custom_scalars(layout(trainer, cast(DecoderLM, pl_module)))  # the CLI's model

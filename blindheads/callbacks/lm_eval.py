@@ -8,6 +8,7 @@ import lightning as L
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars
 from blindheads.evaluation.contexts import evaluating
+from blindheads.modules.lm import DecoderLM
 
 
 class LMEvalHarness(PeriodicEvaluation):
@@ -37,7 +38,7 @@ class LMEvalHarness(PeriodicEvaluation):
         self.tasks, self.limit, self.num_fewshot, self.batch_size = list(tasks), limit, num_fewshot, batch_size
         self.results: dict = {}
 
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> dict:
+    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict:
         if not trainer.is_global_zero:
             return {}
         from lm_eval import simple_evaluate
@@ -46,7 +47,9 @@ class LMEvalHarness(PeriodicEvaluation):
 
         with evaluating(pl_module), trainer.precision_plugin.forward_context():
             adapter = BlindheadsLM(
-                decoder=pl_module.decoder, tokenizer=trainer.datamodule.tokenizer, batch_size=self.batch_size
+                decoder=pl_module.decoder,
+                tokenizer=trainer.datamodule.tokenizer,  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                batch_size=self.batch_size,
             )
             self.results = simple_evaluate(
                 model=adapter,

@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from matplotlib.figure import Figure
 
+from blindheads.modules.lm import DecoderLM
 from blindheads.numerics import PRECISION_DTYPES, resolve_dtype
 
 
@@ -24,7 +25,7 @@ class PeriodicEvaluation(L.Callback):
         self.every_n_steps = every_n_steps
         self._seen_step: int | None = None
 
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = ""):
+    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = ""):
         raise NotImplementedError
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -46,12 +47,14 @@ class PeriodicEvaluation(L.Callback):
         self.evaluate(trainer, pl_module, prefix="test/")
 
 
-def training_length(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
+def training_length(trainer: L.Trainer, pl_module: DecoderLM) -> int:
     """The sequence length the model trains on (the data module's), else its context length."""
-    return getattr(trainer.datamodule, "seq_len", None) or pl_module.config.context_length
+    length = getattr(trainer.datamodule, "seq_len", None) or pl_module.config.context_length  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+    assert length is not None  # DecoderConfig fills context_length
+    return length
 
 
-def scaled_lengths(trainer: L.Trainer, pl_module: L.LightningModule, factors: list[float]) -> list[int]:
+def scaled_lengths(trainer: L.Trainer, pl_module: DecoderLM, factors: list[float]) -> list[int]:
     """The evaluation lengths ``factors`` x the training length, rounded, distinct, ascending."""
     base = training_length(trainer, pl_module)
     return sorted({round(f * base) for f in factors})

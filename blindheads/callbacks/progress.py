@@ -25,7 +25,10 @@ class ProgressLines(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if not trainer.is_global_zero or step % self.every_n_steps or step == self._since[0]:
+        if not trainer.is_global_zero or step % self.every_n_steps:
+            return
+        assert self._since is not None  # set in on_train_start
+        if step == self._since[0]:
             return
         seconds = (time.monotonic() - self._since[1]) / (step - self._since[0])
         self._since = (step, time.monotonic())
@@ -74,6 +77,6 @@ class StepProgressBar(TQDMProgressBar):
 def count_steps_in_progress_bar(trainer: L.Trainer, configured: list) -> None:
     """Replaces the bar Lightning adds by default (Rich's where rich is installed, else tqdm's) with
     ``StepProgressBar``; a progress bar the config names (in ``configured``) is kept."""
-    for index, callback in enumerate(trainer.callbacks):
+    for index, callback in enumerate(trainer.callbacks):  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         if isinstance(callback, ProgressBar) and not any(callback is given for given in configured):
-            trainer.callbacks[index] = StepProgressBar()
+            trainer.callbacks[index] = StepProgressBar()  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time

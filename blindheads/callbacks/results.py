@@ -36,7 +36,7 @@ class ResultsFile(L.Callback):
             "global_step": evaluated_step(trainer, pl_module),
             "metrics": metrics,
         }
-        for callback in trainer.callbacks:  # what a callback records beyond scalars (EpisodeRecall: its episode sets)
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]  # undeclared, set at run time; what a callback records beyond scalars (EpisodeRecall: its episode sets)
             results.update(getattr(callback, "results_fields", {}))
         atomic.write_text(self.path, json.dumps(results, indent=2) + "\n")
         numbers = {key: value for key, value in metrics.items() if isinstance(value, float)}

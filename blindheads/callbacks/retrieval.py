@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import lightning as L
 import numpy as np
@@ -15,6 +17,7 @@ from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passk
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.summary import GridSummary, summarize_grid
 from blindheads.evaluation.tags import retrieval_exact_tag, retrieval_tag
+from blindheads.modules.lm import DecoderLM
 
 
 class RetrievalEval(PeriodicEvaluation):
@@ -31,9 +34,9 @@ class RetrievalEval(PeriodicEvaluation):
     def __init__(
         self,
         every_n_steps: int | None = 500,
-        length_factors: list[float] = (0.25, 0.5, 1.0, 2.0, 4.0),
+        length_factors: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 4.0),
         lengths: list[int] | None = None,
-        depths: list[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+        depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
         samples: int = 4,
         batch_size: int = 4,
         seed: int = 0,
@@ -52,12 +55,12 @@ class RetrievalEval(PeriodicEvaluation):
         self._samples: list[RetrievalSample] | None = None
         self.last: GridSummary | None = None
 
-    def lengths(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[int]:
+    def lengths(self, trainer: L.Trainer, pl_module: DecoderLM) -> list[int]:
         if self.explicit_lengths:
             return sorted(self.explicit_lengths)
         return scaled_lengths(trainer, pl_module, self.length_factors)
 
-    def build_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[RetrievalSample]:
+    def build_samples(self, trainer: L.Trainer, pl_module: DecoderLM) -> list[RetrievalSample]:
         raise NotImplementedError
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -65,7 +68,7 @@ class RetrievalEval(PeriodicEvaluation):
         try:
             self.samples_for(trainer, pl_module)
         except ValueError as error:
-            lengths = self.lengths(trainer, pl_module)
+            lengths = self.lengths(trainer, cast(DecoderLM, pl_module))  # the CLI's model
             raise ValueError(f"{type(self).__name__} at lengths {lengths}: {error}") from None
 
     def samples_for(self, trainer, pl_module) -> list[RetrievalSample]:
@@ -73,12 +76,12 @@ class RetrievalEval(PeriodicEvaluation):
             self._samples = self.build_samples(trainer, pl_module)
         return self._samples
 
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> GridSummary:
+    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> GridSummary:
         lengths = self.lengths(trainer, pl_module)
         samples = self.samples_for(trainer, pl_module)
         mine = samples[trainer.global_rank :: trainer.world_size]
         with evaluating(pl_module), trainer.precision_plugin.forward_context():
-            scores = score_samples(pl_module.decoder, trainer.datamodule.tokenizer, mine, self.batch_size)
+            scores = score_samples(pl_module.decoder, trainer.datamodule.tokenizer, mine, self.batch_size)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         summary = summarize_grid(scores, lengths, self.depths, training_length(trainer, pl_module), pl_module.device)
         self.last = summary
         self._log(trainer, pl_module, summary, prefix)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
+from typing import cast
 
 import lightning as L
 import torch
@@ -27,6 +29,7 @@ from blindheads.evaluation.tags import (
     underflow_tag,
 )
 from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics
+from blindheads.modules.lm import DecoderLM
 
 
 class UnderflowMonitor(PeriodicEvaluation):
@@ -47,13 +50,13 @@ class UnderflowMonitor(PeriodicEvaluation):
     """
 
     def __init__(
-        self, every_n_steps: int | None = 500, length_factors: list[float] = (1.0, 2.0), batch_size: int = 1
+        self, every_n_steps: int | None = 500, length_factors: Sequence[float] = (1.0, 2.0), batch_size: int = 1
     ) -> None:
         super().__init__(every_n_steps)
         self.length_factors, self.batch_size = list(length_factors), batch_size
         self.statistics: dict[int, list[ZeroStatistics]] = {}
 
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> dict | None:
+    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict | None:
         if not trainer.is_global_zero:
             return None
         dtype = autocast_dtype(trainer)
@@ -81,7 +84,7 @@ class UnderflowMonitor(PeriodicEvaluation):
             trainer.precision_plugin.forward_context(),
         ):
             pl_module.decoder.hidden_states(tokens, attention="eager", softmax_dtype=dtype)
-        return per_layer
+        return cast(list[ZeroStatistics], per_layer)  # every layer's hook has run
 
     def _log(self, trainer, pl_module, base: int, dtype: torch.dtype, prefix: str) -> dict:
         scalars = {}

@@ -49,6 +49,12 @@ def _conjecture(argv: list[str]) -> None:
     conjecture_main(argv)
 
 
+def _recheck(argv: list[str]) -> None:
+    from blindheads.cli.recheck import main as recheck_main
+
+    recheck_main(argv)
+
+
 COMMANDS = {
     "blindness": blindness.main,
     "probe": _probe,
@@ -56,6 +62,7 @@ COMMANDS = {
     "lm_eval": _lm_eval,
     "grid": _grid,
     "conjecture": _conjecture,
+    "recheck": _recheck,
     **{name: _lightning(name) for name in ("fit", "validate", "test")},
 }
 SUMMARIES = {
@@ -68,6 +75,7 @@ SUMMARIES = {
     "lm_eval": "lm-evaluation-harness on a checkpoint",
     "grid": "train and test every position setup at several seeds; one summary table and figures",
     "conjecture": "can a head blind at a distance learn to use it? the same model under six conditions",
+    "recheck": "a tested run's recall re-evaluated: greedy decoding on fresh episodes vs the committed numbers",
 }
 USAGE = "usage: blindheads {" + ",".join(COMMANDS) + "} [options]   (blindheads COMMAND --help for its options)"
 

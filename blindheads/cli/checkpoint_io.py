@@ -40,9 +40,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         finally:
             staging.unlink(missing_ok=True)
 
-    def load_checkpoint(self, path, map_location: Any = None, **kwargs: Any) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path, map_location: Any = None, weights_only: bool | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
         """Tensors and plain data only, local or remote (``read_checkpoint``): a checkpoint from elsewhere is never
-        code that runs."""
+        code that runs (``weights_only`` is always true here, whatever is passed)."""
         if "://" in str(path):
             try:
                 checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=True)

@@ -41,7 +41,7 @@ class DiskFull(OSError):
         )
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.strerror or ""  # always the message given to __init__
 
 
 def check_writable(folder: str | Path, option: str) -> None:
@@ -68,7 +68,7 @@ def _existing(path: Path) -> Path:
     return next((p for p in (path, *path.parents) if p.exists()), Path("."))
 
 
-def _size(count: int) -> str:
+def _size(count: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if count < 1000:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"

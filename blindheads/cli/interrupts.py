@@ -16,6 +16,7 @@ import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -49,7 +50,7 @@ def stopping_at_once():
             signal.signal(signum, handler)
 
 
-def exit_after_interrupt(stop: BaseException) -> None:
+def exit_after_interrupt(stop: BaseException) -> NoReturn:
     """Where the command stopped on a signal: print what was saved, exit with 128 + the signal's number."""
     signum = getattr(stop, "signum", signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM)
     line = getattr(stop, "line", None) or f"blindheads: stopped by {signal.Signals(signum).name}: no step to save"
@@ -100,14 +101,16 @@ class SaveOnInterrupt(L.Callback):
         """Saves the stopped step and tells the command's exit what to print (on the exception it re-raises)."""
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
-        exception.signum = self.signum or signal.SIGTERM
-        where = f"blindheads: {signal.Signals(exception.signum).name} at step {trainer.global_step}"
-        checkpoint = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
+        # signum and line: attributes of our own on Lightning's exception, read back by exit_after_interrupt
+        exception.signum = signum = self.signum or signal.SIGTERM  # type: ignore[attr-defined]
+        where = f"blindheads: {signal.Signals(signum).name} at step {trainer.global_step}"
+        checkpoint = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         if trainer.global_step == self.first_step:
-            exception.line = f"{where}, before this run's first step: nothing new to save"
+            line = f"{where}, before this run's first step: nothing new to save"
         elif checkpoint is None or not checkpoint.dirpath:
-            exception.line = f"{where}: this run writes no checkpoints, nothing was saved"
+            line = f"{where}: this run writes no checkpoints, nothing was saved"
         else:
             path = Path(checkpoint.dirpath) / "last.ckpt"
             trainer.save_checkpoint(path)
-            exception.line = f"{where}: saved {path}; resume with --ckpt_path last"
+            line = f"{where}: saved {path}; resume with --ckpt_path last"
+        exception.line = line  # type: ignore[attr-defined]

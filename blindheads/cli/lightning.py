@@ -19,6 +19,7 @@ from blindheads.callbacks.layout import TensorBoardLayout
 from blindheads.callbacks.progress import count_steps_in_progress_bar
 from blindheads.callbacks.results import ResultsFile
 from blindheads.checkpoints import check_regular_file, newest_intact, recorded_step
+from blindheads.cli import callback_set
 from blindheads.cli.checkpoint_files import KeepWritingLast
 from blindheads.cli.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
 from blindheads.cli.checkpoint_options import check_precision, describe, is_typed, replaced_options, typed_options
@@ -47,6 +48,7 @@ class BlindheadsCLI(LightningCLI):
         parser.link_arguments(
             "data", "model.decoder.vocab_size", compute_fn=lambda data: data.vocab_size, apply_on="instantiate"
         )
+        callback_set.add_callback_set(parser)
 
     def parse_arguments(self, parser, args) -> None:
         """What the options mean is settled as soon as they are parsed, before anything reads them (``--ckpt_path
@@ -56,6 +58,7 @@ class BlindheadsCLI(LightningCLI):
         super().parse_arguments(parser, args)
         config = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
         _check_run_names(config)
+        callback_set.check_used(config.callbacks)
         model = config.get("model") or {}
         check_options(model, prefix="--model.")
         decoder = model.get("decoder")
@@ -147,21 +150,25 @@ class BlindheadsCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         """Every run writes checkpoints atomically and holds its run directory; ``test`` also writes
         ``results.json``. The model's ``dtype`` must be what the trainer's precision computes in, as Lightning
-        resolved it (it substitutes some precisions on some accelerators)."""
+        resolved it (it substitutes some precisions on some accelerators). The used ``callbacks`` run first, then
+        ``trainer.callbacks``: the config keeps the two apart, so a run's ``config.yaml`` rebuilds each once."""
         trainer_config = self._get(self.config_init, "trainer", default={})
         plugins = trainer_config.get("plugins") or []
         plugins = plugins if isinstance(plugins, list) else [plugins]
-        configured = list(trainer_config.get("callbacks") or [])  # the Trainer appends its defaults to this list
+        listed = trainer_config.get("callbacks") or []
+        listed = listed if isinstance(listed, list) else [listed]
+        trainer_config["callbacks"] = [*callback_set.instantiate(self._get(self.config_init, "callbacks")), *listed]
+        configured = list(trainer_config["callbacks"])  # the Trainer appends its defaults to this list
         trainer = super().instantiate_trainer(plugins=[AtomicCheckpointIO(), *plugins], **kwargs)
         count_steps_in_progress_bar(trainer, configured)
         requested = self._get(self.config, "trainer", default={}).get("precision") or "32-true"
         check_trainer_precision(str(requested), trainer.precision, self.model.config.dtype)
-        trainer.callbacks.insert(0, RunLock())  # first: before the config is saved into the run directory
-        trainer.callbacks.append(TensorBoardLayout())
+        trainer.callbacks.insert(0, RunLock())  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        trainer.callbacks.append(TensorBoardLayout())  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         if self.subcommand == "fit":
-            trainer.callbacks += [SaveOnInterrupt(), KeepWritingLast()]
+            trainer.callbacks += [SaveOnInterrupt(), KeepWritingLast()]  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         if self.subcommand == "test":
-            trainer.callbacks.append(ResultsFile())
+            trainer.callbacks.append(ResultsFile())  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         return trainer
 
     def _run_subcommand(self, subcommand: str) -> None:
@@ -169,13 +176,13 @@ class BlindheadsCLI(LightningCLI):
         try:
             super()._run_subcommand(subcommand)
         finally:
-            for callback in self.trainer.callbacks:
+            for callback in self.trainer.callbacks:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
                 if isinstance(callback, RunLock):
                     callback.remove_discarded()
 
     def after_test(self) -> None:
         """``test`` ends with the short report (after Lightning's table of every metric, when ``--verbose``)."""
-        for callback in self.trainer.callbacks:
+        for callback in self.trainer.callbacks:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
             if isinstance(callback, ResultsFile) and callback.report:
                 print("\n" + "\n".join(callback.report), flush=True)
 
@@ -188,7 +195,9 @@ def _check_run_names(config) -> None:
     loggers = config.get("trainer", {}).get("logger")
     for logger in loggers if isinstance(loggers, list) else [loggers]:
         args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
-        for key in ("save_dir", "name", "version") if args is not None else ():
+        if args is None:
+            continue
+        for key in ("save_dir", "name", "version"):
             value, option = args.get(key), f"--trainer.logger.init_args.{key}"
             if not isinstance(value, str):
                 continue
@@ -201,12 +210,13 @@ def _check_run_names(config) -> None:
             if key != "save_dir" and len(expanded.encode()) > 255:
                 raise ValueError(f"{option} is {len(expanded.encode())} bytes long: a folder name holds at most 255")
             args[key] = expanded
-        if args is not None and args.get("save_dir") is not None:
+        if args.get("save_dir") is not None:
             check_writable(args.save_dir, "--trainer.logger.init_args.save_dir")
 
 
-def build_cli(args: list[str] | None, run: bool = True) -> BlindheadsCLI:
-    """The CLI over ``args`` (a subcommand first when ``run``); ``run=False`` only parses and instantiates."""
+def build_cli(args: list[str] | dict | None, run: bool = True) -> BlindheadsCLI:
+    """The CLI over ``args`` (a subcommand first when ``run``; a config as a dict when not); ``run=False`` only
+    parses and instantiates."""
     return BlindheadsCLI(
         DecoderLM,
         FineWebEdu,

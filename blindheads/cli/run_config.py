@@ -28,7 +28,9 @@ class RunConfig(SaveConfigCallback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self.already_saved:
-            self.log_dir = Path(trainer.log_dir)  # a collective under DDP: read on every rank, here
+            log_dir = trainer.log_dir  # a collective under DDP: read on every rank, here
+            assert log_dir is not None  # the first logger's directory, else the trainer's default root
+            self.log_dir = Path(log_dir)
             self.config_filename = record_name(self.log_dir, TrainerFn(stage).value, self.config.get("ckpt_path"))
         super().setup(trainer, pl_module, stage)
 
@@ -54,7 +56,7 @@ def record_name(log_dir: Path, stage: str, ckpt_path: str | None) -> str:
     """The file this command's config goes to in ``log_dir`` (see the module's docstring)."""
     if not (log_dir / RECORD).is_file() or (stage == "fit" and ckpt_path is None):
         return RECORD
-    if stage == "fit":
+    if stage == "fit" and ckpt_path is not None:  # not None: returned above
         step = recorded_step(Path(ckpt_path))  # None for a remote checkpoint
         return "config.resume.yaml" if step is None else f"config.resume-{step}.yaml"
     return f"config.{stage}.yaml"

@@ -54,7 +54,8 @@ def _cut(text: str, low: int, limit: int) -> int:
 
 def _groups(pieces: list[str]) -> Iterator[list[int]]:
     """Indices of consecutive pieces, at most ``GROUP_PIECES * PIECE_CHARS`` characters a group (one piece at least)."""
-    group, chars = [], 0
+    group: list[int] = []
+    chars = 0
     for i, piece in enumerate(pieces):
         if group and chars + len(piece) > GROUP_PIECES * PIECE_CHARS:
             yield group

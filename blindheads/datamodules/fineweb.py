@@ -13,6 +13,7 @@ from typing import Any
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
+from transformers import PreTrainedTokenizerFast
 
 from blindheads.datamodules.batch_memory import check_batch_fits
 from blindheads.datamodules.fingerprint import differences, fingerprint, hashes_ends_only
@@ -76,7 +77,7 @@ class FineWebEdu(L.LightningDataModule):
         self.shuffle_files_seed, self.accept_data_change = shuffle_files_seed, accept_data_change
         self.retrieval_mix = retrieval_mix
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
-        self.tokenizer = None
+        self.tokenizer: PreTrainedTokenizerFast | None = None  # loaded in setup, with the files
         self.files: DataFiles | None = None
         self._resume: dict[str, Any] | None = None  # this rank's stream positions, once consumed or restored
         self._validation: torch.Tensor | None = None
@@ -124,6 +125,7 @@ class FineWebEdu(L.LightningDataModule):
 
     def _windows(self, split: str, *, repeat: bool, resume: dict | None) -> TokenWindows:
         rank, world = self._rank_and_world() if split == "train" else (0, 1)
+        assert self.tokenizer is not None  # callers run setup first
         return TokenWindows(
             self._documents[split],
             self.tokenizer.backend_tokenizer,
@@ -142,6 +144,7 @@ class FineWebEdu(L.LightningDataModule):
         """Retrieval episodes for the training stream (validation and held-out text stay natural)."""
         if self.retrieval_mix is None:
             return None
+        assert self.tokenizer is not None  # callers run setup first
         return EpisodeWriter(self.retrieval_mix, self.tokenizer.backend_tokenizer, self.seq_len)
 
     # --- loaders ---------------------------------------------------------------------------------------------
@@ -161,6 +164,7 @@ class FineWebEdu(L.LightningDataModule):
     def validation_windows(self) -> torch.Tensor:
         """The fixed held-out windows, identical on every rank and run: shape (val_windows, seq_len + 1)."""
         self.setup()
+        assert self.files is not None  # resolved in setup
         if self._validation is None:
             windows = []
             for item in self._windows("validation", repeat=False, resume=None):
@@ -180,7 +184,8 @@ class FineWebEdu(L.LightningDataModule):
         batches and long-context losses, identical on every rank and run."""
         self.setup()
         if self._heldout is None or len(self._heldout) < count:
-            windows, total = [], 0
+            windows: list[torch.Tensor] = []
+            total = 0
             for item in self._windows("validation", repeat=True, resume=None):
                 window = item["input_ids"] if not windows else item["input_ids"][1:]
                 windows.append(window)
@@ -196,7 +201,7 @@ class FineWebEdu(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         # A map-style dataset: under DDP, Lightning's distributed sampler gives each rank its share.
-        return DataLoader(self.validation_windows(), batch_size=self.batch_size)
+        return DataLoader(self.validation_windows(), batch_size=self.batch_size)  # type: ignore[arg-type]  # a Tensor is a map-style dataset
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()

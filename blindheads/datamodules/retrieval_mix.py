@@ -28,11 +28,14 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+from blindheads.prompt_texts import held_out_words
 
 KEY_WORDS = (
     ["plum", "cedar", "copper", "maple", "onyx", "ivory", "jade", "basalt", "coral", "indigo", "slate", "cobalt"],
@@ -114,7 +117,7 @@ class EpisodeWriter:
     def __init__(self, mix: RetrievalMix, tokenizer, seq_len: int) -> None:
         self.mix, self.tokenizer, self.seq_len = mix, tokenizer, seq_len
         # in this process: window slots the documents covered, episodes drawn and inserted, recall distances
-        self.statistics = {"windows": 0, "drawn": 0, "episodes": 0, "distances": Counter()}
+        self.statistics: dict[str, Any] = {"windows": 0, "drawn": 0, "episodes": 0, "distances": Counter()}
         vocab = tokenizer.get_vocab()
         digits = [] if mix.filler_digits else [i for t, i in vocab.items() if any(c.isdigit() for c in t)]
         self._digit_tokens = np.asarray(sorted(digits), dtype=np.int64)
@@ -134,7 +137,7 @@ class EpisodeWriter:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def filler(self, tokens: np.ndarray) -> np.ndarray:
+    def filler(self, tokens: npt.ArrayLike) -> np.ndarray:
         """The text tokens episodes are set in: ``tokens``, without those holding a digit unless ``filler_digits``."""
         tokens = np.asarray(tokens, dtype=np.int64)
         return tokens if self.mix.filler_digits else tokens[~np.isin(tokens, self._digit_tokens)]
@@ -205,13 +208,8 @@ class EpisodeWriter:
 def vocabulary_words(vocab: dict[str, int]) -> list[str]:
     """The lower-case whole words of at least three letters that a byte-level vocabulary holds as one token with its
     leading space, less every word of the passkey and needle prompts (which stay held out)."""
-    from blindheads.evaluation import prompts  # here: the evaluation package imports this module
-
-    held_out = " ".join(v for k, v in vars(prompts).items() if k.isupper() and isinstance(v, str))
-    held_out += " " + " ".join(word for words in prompts.NEEDLE_KEY_WORDS for word in words)
-    excluded = set(re.findall(r"[a-z]+", held_out.lower()))
     words = {t[1:] for t in vocab if t.startswith("\u0120") and t[1:].isalpha() and t[1:].islower() and len(t) > 3}
-    return sorted(words - excluded)
+    return sorted(words - held_out_words())
 
 
 def find(haystack: list[int], needle: list[int]) -> int:

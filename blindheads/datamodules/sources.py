@@ -30,8 +30,8 @@ class DataFiles:
 def format_of(files: list[str]) -> str:
     """The ``datasets`` builder that reads ``files`` (all of one kind: parquet, json lines or text)."""
     suffixes = {Path(f.removesuffix(".gz")).suffix for f in files}
-    formats = {FORMATS.get(suffix) for suffix in suffixes}
-    if None in formats or len(formats) != 1:
+    formats = {FORMATS.get(suffix, "") for suffix in suffixes}
+    if "" in formats or len(formats) != 1:
         raise ValueError(
             f"data files must all be one of {sorted(FORMATS)} (optionally .gz); got suffixes {sorted(suffixes)}"
         )

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -64,10 +65,10 @@ def _from_pretrained(path: str) -> PreTrainedTokenizerFast:
     """A local directory, else the Hub's cache, else the Hub, asked first whether it is reachable."""
     if not Path(path).exists():
         try:
-            return AutoTokenizer.from_pretrained(path, local_files_only=True)
+            return cast(PreTrainedTokenizerFast, AutoTokenizer.from_pretrained(path, local_files_only=True))
         except OSError:
             require_hub(f"tokenizer {path!r}", OFFLINE_HINT)
-    return AutoTokenizer.from_pretrained(path)
+    return cast(PreTrainedTokenizerFast, AutoTokenizer.from_pretrained(path))  # fast: use_fast is the default
 
 
 def load_tokenizer(name: str, cache_dir: str | Path, builtin_vocab_size: int = 4096) -> PreTrainedTokenizerFast:

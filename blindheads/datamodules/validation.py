@@ -10,9 +10,9 @@ left to the per-document check in ``TokenWindows``.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Iterator
-from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,7 +34,7 @@ def check_files(files: tuple[str, ...], format: str, text_column: str) -> None:
             raise DataFileError(f"{path}: cannot be read ({error.strerror or error})") from None
 
 
-def _open(path: str) -> IO[bytes]:
+def _open(path: str) -> io.BufferedIOBase:
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 

@@ -110,6 +110,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
     def _with_episodes(self, texts: list[str], arrays: list[np.ndarray], epoch: int, cursor: int, first: int):
         """Documents ``first`` onwards with their episodes; ``cursor`` follows each document's start in its window
         (the episodes depend on it, so a resumed stream rebuilds the same documents)."""
+        assert self.episodes is not None  # called for a stream with episodes only
         out = list(arrays)
         for i in range(first, len(arrays)):
             out[i] = self.episodes.insert(texts[i], arrays[i], epoch, cursor)

@@ -14,64 +14,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-PASSKEY_INSTRUCTION = (
-    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
-    "I will quiz you about the important information there."
-)
-PASSKEY_FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-PASSKEY_NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
-PASSKEY_QUESTION = " What is the pass key? The pass key is"
-
-NEEDLE = " One of the special magic numbers for {key} is: {value}."
-NEEDLE_QUESTION = (
-    " What is the special magic number for {key} mentioned in the provided text?"
-    " The special magic number for {key} mentioned in the provided text is"
-)
-NEEDLE_KEY_WORDS = (
-    [
-        "amber",
-        "ancient",
-        "bright",
-        "calm",
-        "crimson",
-        "distant",
-        "eager",
-        "fragile",
-        "golden",
-        "hidden",
-        "hollow",
-        "humble",
-        "lively",
-        "silent",
-        "silver",
-        "swift",
-        "tender",
-        "vivid",
-        "wild",
-        "wooden",
-    ],
-    [
-        "anchor",
-        "badger",
-        "canyon",
-        "compass",
-        "falcon",
-        "harbor",
-        "lantern",
-        "meadow",
-        "orchard",
-        "pebble",
-        "quarry",
-        "river",
-        "saddle",
-        "thistle",
-        "tunnel",
-        "valley",
-        "walnut",
-        "willow",
-        "window",
-        "zephyr",
-    ],
+from blindheads.prompt_texts import (
+    NEEDLE,
+    NEEDLE_KEY_WORDS,
+    NEEDLE_QUESTION,
+    PASSKEY_FILLER,
+    PASSKEY_INSTRUCTION,
+    PASSKEY_NEEDLE,
+    PASSKEY_QUESTION,
 )
 
 
@@ -178,7 +128,7 @@ def needle_samples(
         for depth in depths:
             for index in range(samples):
                 rng = sample_rng(seed, length, depth, index)
-                keys = set()
+                keys: set[str] = set()
                 while len(keys) < distractors + 1:
                     keys.add(f"{rng.choice(NEEDLE_KEY_WORDS[0])}-{rng.choice(NEEDLE_KEY_WORDS[1])}")
                 key, *others = sorted(keys)

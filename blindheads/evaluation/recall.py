@@ -61,8 +61,14 @@ def recall_samples(
         _, facts, recalls, _ = writer.episode(rng, gap=gap or 1)
         prefix, value = recalls[0]
         fact_in_facts = find(facts, value)
-        episode_gap = gap if distance is None else distance - (len(facts) - fact_in_facts) - len(prefix)
+        if distance is None:
+            assert gap is not None  # exactly one of gap and distance is given (checked above)
+            episode_gap = gap
+        else:
+            episode_gap = distance - (len(facts) - fact_in_facts) - len(prefix)
         if episode_gap < 1:
+            if distance is None:  # a gap given below 1
+                raise ValueError(f"recall episodes need a gap >= 1, got {gap}")
             raise ValueError(f"recall episodes cannot put an answer {distance} tokens after its fact: the shortest is "
                              f"{distance - episode_gap + 1}")  # fmt: skip
         needed = 1 + len(facts) + episode_gap + len(prefix) + len(value)

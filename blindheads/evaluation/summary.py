@@ -15,6 +15,10 @@ class CellAccuracy(Metric):
     single process would."""
 
     full_state_update = False
+    # states, added in __init__
+    exact: torch.Tensor
+    digits: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, num_cells: int) -> None:
         super().__init__()

@@ -59,6 +59,7 @@ def recall_head_tag(layer: int | str, head: int | str, name: str, prefix: str = 
 
 
 RECALL = _pattern(r"recall/(?P<point>gap(?P<gap>\d+)|distance(?P<distance>[\d.]+)x|\w+)/(?P<part>.+)")
+RECALL_HEAD = _pattern(rf"recall/heads/layer(?P<layer>\d+){_HEAD}/(?P<name>\w+)")
 
 
 def underflow_tag(layer: int | str, head: int | str, at: str | None = None, prefix: str = "") -> str:

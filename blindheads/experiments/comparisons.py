@@ -21,6 +21,10 @@ differences in recall.
   Reported, not used by the verdicts.
 - **Verdict**: ``higher`` (``lower``) where the interval lies above (below) 0 and setup_a wins (loses) in more
   than half the seeds; else ``no difference shown``.
+- **The cap**: where a run logged ``exact_capped`` (recall with every head's bias held at its value at the
+  training window's edge, ``evaluation/attribution.py``), it enters as the setup ``SETUP capped`` and is compared
+  with ``SETUP``: ``higher`` means recall returned under the cap, so the bias beyond the window lost it. Both score
+  the same episodes; drawn independently here, which widens the interval.
 - **Baseline**: where the table has ``baseline`` (each seed's share of the most common answer at the point: what a
   model answering one constant would score), it enters as a setup named ``baseline``, each setup is compared with
   it, and a setup whose difference from it is not ``higher`` is ``at baseline`` there.
@@ -45,6 +49,7 @@ PAIRS = (  # beside each setup against the reference: one change at a time among
     ("wide_clamp_log_distance", "clamp_log_distance"),  # the wide slopes
 )
 BASELINE = "baseline"
+CAPPED = " capped"  # a setup's name + this: its recall with the bias capped beyond the window
 NO_DIFFERENCE = "no difference shown"
 
 
@@ -57,11 +62,11 @@ def per_seed_recall(records: list[dict]) -> pd.DataFrame:
     for record in records:
         metrics = record.get("metrics", {})
         for match in at_stage(RECALL, metrics):
-            if (match["gap"] or match["distance"]) and match["part"] == "exact":
+            if (match["gap"] or match["distance"]) and match["part"] in ("exact", "exact_capped"):
                 point = match["point"]
                 rows.append(
                     {
-                        "setup": record["setup"],
+                        "setup": record["setup"] + (CAPPED if match["part"] == "exact_capped" else ""),
                         "seed": record["seed"],
                         "point": point,
                         "kind": "gap" if match["gap"] else "distance",
@@ -82,9 +87,12 @@ def per_seed_recall(records: list[dict]) -> pd.DataFrame:
 
 
 def pairs(setups: list[str], reference: str = REFERENCE, named=PAIRS) -> list[tuple[str, str]]:
-    """Each setup against ``reference``, then the ``named`` pairs: those whose setups are all in ``setups``."""
-    chosen = [(setup, reference) for setup in setups if reference in setups and setup != reference]
-    return chosen + [(a, b) for a, b in named if a in setups and b in setups and (a, b) not in chosen]
+    """Each setup against ``reference``, then the ``named`` pairs whose setups are all in ``setups``, then each
+    capped setup against itself uncapped."""
+    plain = [s for s in setups if not s.endswith(CAPPED)]
+    chosen = [(setup, reference) for setup in plain if reference in plain and setup != reference]
+    chosen += [(a, b) for a, b in named if a in plain and b in plain and (a, b) not in chosen]
+    return chosen + [(s, s.removesuffix(CAPPED)) for s in setups if s.endswith(CAPPED)]
 
 
 def sign_flip_p(differences: np.ndarray) -> float:
@@ -144,7 +152,8 @@ def compare(table: pd.DataFrame, chosen: list[tuple[str, str]], seed: int = 0, r
         constant = table.dropna(subset=["baseline"]).drop_duplicates(["seed", "point"]).assign(setup=BASELINE)
         constant["correct"] = (constant["baseline"] * constant["episodes"]).round().astype(int)
         table = pd.concat([table, constant], ignore_index=True)
-        chosen = chosen + [(setup, BASELINE) for setup in dict.fromkeys(table["setup"]) if setup != BASELINE]
+        setups = dict.fromkeys(s for s in table["setup"] if s != BASELINE and not s.endswith(CAPPED))
+        chosen = chosen + [(setup, BASELINE) for setup in setups]
     rows = []
     for point in dict.fromkeys(table["point"]):
         at = table[table["point"] == point].pivot(index="seed", columns="setup", values=["correct", "episodes"])
@@ -211,23 +220,26 @@ def verdict_markdown(comparisons: pd.DataFrame, table: pd.DataFrame) -> str:
             interval = f"{row['ci_low']:+.2f}, {row['ci_high']:+.2f}" if row["seeds"] > 1 else "one seed: no interval"
             cell = f"{row['mean_diff']:+.2f} [{interval}] {counts}"
             cell = cell if row["verdict"] == NO_DIFFERENCE else f"**{cell}**"
-            cells[row["point"]] = cell + (f" (at baseline: {row['at_baseline']})" if row["at_baseline"] else "")
+            cells[row["point"]] = cell + (f" (not above baseline: {row['at_baseline']})" if row["at_baseline"] else "")
         lines.append(f"| {a} - {b} | " + " | ".join(cells.values()) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_comparisons(out: Path, records: list[dict], reference: str = REFERENCE, named=PAIRS) -> None:
+def write_comparisons(
+    out: Path, records: list[dict], reference: str = REFERENCE, named=PAIRS
+) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """``comparisons.csv``, ``verdicts.csv`` and ``verdicts.md`` where the runs measured recall per point, for
-    the pairs of ``pairs`` among the records' setups."""
+    the pairs of ``pairs`` among the records' setups; returns the comparisons and their verdicts (else None)."""
     table = per_seed_recall(records)
-    chosen = pairs(list(dict.fromkeys(r["setup"] for r in records)), reference, named)
+    chosen = pairs(list(dict.fromkeys(table.get("setup", []))), reference, named)
     if table.empty or not (chosen or "baseline" in table):
-        return
+        return None
     comparisons = compare(table, chosen)
     verdict = verdicts(comparisons)
     comparisons.to_csv(out / "comparisons.csv", index=False)
     verdict.to_csv(out / "verdicts.csv", index=False)
     (out / "verdicts.md").write_text(verdict_markdown(comparisons, verdict))
+    return comparisons, verdict
 
 
 def _denominator(share: float) -> int:

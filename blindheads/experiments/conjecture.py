@@ -80,9 +80,8 @@ def run_options(name: str, seed: int, args: argparse.Namespace) -> list[str]:
         "--trainer.max_steps", str(args.steps), "--trainer.val_check_interval", str(args.steps),
         "--trainer.logger.init_args.save_dir", args.runs, "--trainer.logger.init_args.name", name,
         "--trainer.logger.init_args.version", f"seed{seed}",
-        "--trainer.callbacks+=blindheads.callbacks.episode_recall.EpisodeRecall",
-        f"--trainer.callbacks.every_n_steps={args.every}", f"--trainer.callbacks.gaps=[{NEAR}, {FAR}]",
-        "--trainer.callbacks.samples=64", *args.extra,
+        "--callbacks.use+=recall", f"--callbacks.recall.every_n_steps={args.every}",
+        f"--callbacks.recall.gaps=[{NEAR}, {FAR}]", "--callbacks.recall.samples=64", *args.extra,
     ]  # fmt: skip
 
 
@@ -144,7 +143,8 @@ def plot(out: Path, data: pd.DataFrame, near_gap: int = NEAR, far_gap: int = FAR
     (near, far), (weight, slopes) = figure.subplots(2, 2)
     floor, always_zero = 1e-46, []  # below the smallest float32 subnormal (1.4e-45)
     colors = {name: f"C{i}" for i, name in enumerate(dict.fromkeys(data["condition"]))}  # the same in every panel
-    recall = {}  # (near curves, far curves), a column per seed -> the conditions that have them
+    # (near curves, far curves), a column per seed -> the conditions that have them
+    recall: dict[tuple[str, ...], tuple[tuple, list]] = {}
     for name, frame in data.groupby("condition", sort=False):
         curves = tuple(
             frame[frame["tag"] == recall_tag(gap_point(gap), "exact")].pivot_table(

@@ -33,6 +33,7 @@ from typing import TypeVar
 import yaml
 
 from blindheads import atomic, locks
+from blindheads.analysis.paths import CALLBACK_DEFAULTS, from_repository
 from blindheads.checkpoints import newest_intact
 from blindheads.experiments.setups import located
 from blindheads.locks import RUN_LOCK
@@ -242,14 +243,14 @@ def resume_option(run_dir: Path) -> list[str]:
 
 
 def config_texts(files: list[str]) -> dict[str, str]:
-    """Each config file's SHA-256, and that of every YAML file it names (``callbacks: ../callbacks/x.yaml``)."""
+    """Each config file's SHA-256, and that of every YAML file it names (``strategy: ../strategies/ddp.yaml``)."""
     digests, pending = {}, [Path(f) for f in files]
     while pending:
         path = pending.pop()
         if str(path) in digests or not path.is_file():
             continue
         text = path.read_text()
-        digests[str(path)] = hashlib.sha256(text.encode()).hexdigest()[:16]
+        digests[str(path)] = _digest(text)
         pending += [path.parent / name for name in _yaml_names(yaml.safe_load(text))]
     return dict(sorted(digests.items()))
 
@@ -262,9 +263,16 @@ def _yaml_names(node) -> list[str]:
     return [node] if isinstance(node, str) and node.endswith((".yaml", ".yml")) else []
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def identity(options: list[str], config_files: list[str], env: dict | None = None) -> dict:
-    """What decides a run's result: its options, the environment it sets, its config files' contents."""
-    return {"options": options, "env": env or {}, "configs": config_texts(config_files)}
+    """What decides a run's result: its options, the environment it sets, its config files' contents, and the
+    callback settings every config builds on."""
+    configs = config_texts(config_files)
+    configs[CALLBACK_DEFAULTS] = _digest(from_repository(CALLBACK_DEFAULTS).read_text())
+    return {"options": options, "env": env or {}, "configs": dict(sorted(configs.items()))}
 
 
 def summary_identity(args, config_files: list[str]) -> dict:
@@ -316,7 +324,7 @@ def claim_all(wanted: dict[Path, dict], out: Path, summary: dict) -> None:
 
 def _pairs(options: list[str]) -> list[str]:
     """``["--a", "1", "--b"]`` -> ``["--a 1", "--b"]``: each option with its value, to name what changed."""
-    pairs = []
+    pairs: list[str] = []
     for token in options:
         if pairs and not token.startswith("--") and " " not in pairs[-1]:
             pairs[-1] += f" {token}"

@@ -12,9 +12,11 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from blindheads.analysis.runs import scalars
+from blindheads.evaluation.attribution import CARRIES
 from blindheads.evaluation.tags import (
     PREDICTED,
     RECALL,
+    RECALL_HEAD,
     UNDERFLOW,
     at_stage,
     extrapolation_tag,
@@ -23,6 +25,7 @@ from blindheads.evaluation.tags import (
     underflow_mean_tag,
 )
 from blindheads.experiments.comparisons import write_comparisons
+from blindheads.experiments.findings import write_findings
 from blindheads.experiments.runner import provenance, write_json
 
 COLUMNS = {  # summary column -> test metric
@@ -45,7 +48,14 @@ BY_DISTANCE = {  # recall_by_distance.csv column -> EpisodeRecall's tag
     "baseline": "baseline",  # the most common answer's share: what a constant answer scores
     "constant_answer": "constant_answer",  # 1: one predicted answer for nearly every episode
     "length": "length",  # the longest episode's tokens
+    "exact_capped": "exact_capped",  # beyond the window, with every head's bias held at its value at the window
+    "carriers_blind": "carriers_blind",  # every head that carries recall gives the fact exactly 0
+    "carriers_near_blind": "carriers_near_blind",  # ... less than attribution.NEAR_BLIND, not all 0
+    "carriers_reachable": "carriers_reachable",  # ... some carrier gives it more
 }
+
+TAB20 = [colormaps["tab20"](i) for i in range(20)]  # a colour per line
+HEAD_PARTS = ("ablation_cost", "blind_by", "exact_at_blind_by")  # heads.csv's columns, EpisodeRecall's head tags
 
 
 def run_rows(records: list[dict]) -> pd.DataFrame:
@@ -101,7 +111,7 @@ def plot_recall_curves(out: Path, curves: pd.DataFrame) -> None:
     points = list(dict.fromkeys(curves["point"]))
     figure = Figure(figsize=(4 * len(points), 3.5))
     for axis, point in zip(figure.subplots(1, len(points), squeeze=False)[0], points):
-        axis.set_prop_cycle(color=colormaps["tab20"].colors)
+        axis.set_prop_cycle(color=TAB20)
         for setup, frame in curves[curves["point"] == point].groupby("setup", sort=False):
             mean = frame.groupby("step")["value"].mean()
             (line,) = axis.plot(mean.index, mean.to_numpy(), marker="o", label=setup)
@@ -134,9 +144,52 @@ def recall_by_distance(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def head_attribution(records: list[dict]) -> pd.DataFrame:
+    """One row per setup, seed, layer and head the run attributed (``EpisodeRecall(attribution=True)``): the recall
+    its ablation costs, and for a head that carries recall the distance where its fact weight is exactly 0 in every
+    episode (``blind_by``) with the recall there."""
+    rows: dict[tuple, dict] = {}
+    for record in records:
+        metrics = record.get("metrics", {})
+        for match in at_stage(RECALL_HEAD, metrics):
+            key = (record["setup"], record["seed"], int(match["layer"]), int(match["head"]))
+            rows.setdefault(key, dict(zip(("setup", "seed", "layer", "head"), key)))[match["name"]] = _number(
+                metrics[match.string]
+            )
+    return pd.DataFrame(list(rows.values()), columns=["setup", "seed", "layer", "head", *HEAD_PARTS])
+
+
+def attribution_markdown(distances: pd.DataFrame, heads: pd.DataFrame, carries: float) -> str:
+    """Per setup: the heads that carry recall (ablation costs at least ``carries``) in how many seeds, and beyond
+    the window exact recall, recall with the bias capped, and the carriers' blind / near-blind shares (means over
+    seeds)."""
+    beyond = sorted(distances.loc[distances["exact_capped"].notna(), "factor"].unique())
+    lines = [
+        f"Heads that carry in-window recall (ablating one at the answer's query costs at least {carries:.0%} of it; "
+        "l{layer}h{head}: seeds), and beyond the window: exact recall -> recall with every head's bias held at its value "
+        "at the window's edge [carriers blind / near-blind], means over seeds:",
+        "",
+        "| setup | seeds | carriers | " + " | ".join(f"{f:g}x" for f in beyond) + " |",
+        "|---" * (len(beyond) + 3) + "|",
+    ]
+    for setup, frame in distances.groupby("setup", sort=False):
+        carriers = heads[(heads["setup"] == setup) & (heads["ablation_cost"] >= carries)]
+        counts = carriers.groupby(["layer", "head"]).size().sort_values(ascending=False)
+        named = ", ".join(f"l{layer}h{head}: {n}" for (layer, head), n in counts.items()) or "none"
+        cells = []
+        for factor in beyond:
+            at = frame[frame["factor"] == factor].mean(numeric_only=True)
+            shares = (
+                f"{_share(at.get('carriers_blind'))} / {_share(at.get('carriers_near_blind'))}"  # absent: no carrier
+            )
+            cells.append(f"{at['exact']:.2f} -> {_share(at.get('exact_capped'))} [{shares}]")
+        lines.append(f"| {setup} | {frame['seed'].nunique()} | {named} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def predicted_blind_distances(records: list[dict]) -> dict[str, list[float]]:
     """Setup -> each head's predicted blind distance (materialized softmax) where finite, from its first run."""
-    predicted = {}
+    predicted: dict[str, list[float]] = {}
     for record in records:
         metrics = record.get("metrics", {})
         materialized = [m.string for m in at_stage(PREDICTED, metrics) if m["softmax"] == "materialized"]
@@ -287,7 +340,7 @@ def _plot_loss_by_length(out: Path, runs: pd.DataFrame, order: list[str]) -> Non
             same.append(setup)
     figure = Figure(figsize=(7, 4))
     axis = figure.subplots()
-    axis.set_prop_cycle(color=colormaps["tab20"].colors)  # a colour per line
+    axis.set_prop_cycle(color=TAB20)  # a colour per line
     for group in groups:
         axis.plot(factors, means.loc[group[0]].to_numpy(), marker="o", label=" = ".join(group))
     axis.set_xscale("log", base=2)
@@ -330,6 +383,10 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
         distances.to_csv(out / "recall_by_distance.csv", index=False)
         (out / "recall_by_distance.md").write_text(distance_markdown(distances))
         plot_recall_by_distance(out, distances, predicted_blind_distances(records))
+        attributed = head_attribution(records)
+        if not attributed.empty:
+            attributed.to_csv(out / "heads.csv", index=False)
+            (out / "attribution.md").write_text(attribution_markdown(distances, attributed, CARRIES))
     curves = recall_curves(runs_dir, records) if runs_dir is not None else pd.DataFrame()
     if not curves.empty:
         curves.to_csv(out / "recall_curves.csv", index=False)
@@ -349,7 +406,10 @@ def write_summary(
         "span_s": span,  # from the first run's first log to the last results file: the grid's wall time
     }
     write_json(out / "results.json", {**record, "runs": records})
-    write_comparisons(out, records)  # where the runs measured recall per point: paired differences and verdicts
+    compared = write_comparisons(out, records)  # where the runs measured recall per point: paired differences
+    distances = recall_by_distance(records)
+    if compared is not None and not distances.empty:
+        write_findings(out, *compared, distances, head_attribution(records))
     return table
 
 
@@ -359,6 +419,10 @@ def _span_s(runs: Path) -> float | None:
     starts = [int(p.name.split(".")[3]) for p in runs.rglob("events.out.tfevents.*")]
     ends = [p.stat().st_mtime for p in runs.rglob("results.json")]
     return round(max(ends) - min(starts), 1) if starts and ends else None
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:.2f}"
 
 
 def _number(value) -> float | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -137,7 +137,8 @@ class _Cached(AttentionBackend):
     stacks with trainable parameters."""
 
     def __init__(self) -> None:
-        self.key, self.prepared = None, None
+        self.key: tuple | None = None
+        self.prepared: Any = None  # what ``build`` returns: a bias, a block mask...
 
     def build(self, stack: PositionStack, length: int, device: torch.device, dtype: torch.dtype):
         raise NotImplementedError

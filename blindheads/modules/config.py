@@ -45,6 +45,9 @@ class DecoderConfig:
 
     def __post_init__(self) -> None:
         source = self._fill_shape()  # field -> where a value not given came from, for the errors below
+        # all filled now
+        assert self.hidden_size is not None and self.num_heads is not None and self.num_kv_heads is not None
+        assert self.init_std is not None
         for name, choices in (
             ("attention", Backend),
             ("softmax_dtype", Dtype),
@@ -91,6 +94,7 @@ class DecoderConfig:
 
     @property
     def head_size(self) -> int:
+        assert self.hidden_size is not None and self.num_heads is not None  # filled in __post_init__
         return self.hidden_size // self.num_heads
 
     @classmethod

@@ -17,6 +17,7 @@ class Attention(nn.Module):
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
+        assert config.hidden_size and config.num_heads and config.num_kv_heads  # DecoderConfig fills its shape
         self.num_heads, self.num_kv_heads, self.head_size = config.num_heads, config.num_kv_heads, config.head_size
         self.q_proj = nn.Linear(config.hidden_size, config.num_heads * config.head_size, bias=False)
         self.k_proj = nn.Linear(config.hidden_size, config.num_kv_heads * config.head_size, bias=False)
@@ -39,6 +40,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
+        assert config.hidden_size and config.mlp_size  # DecoderConfig fills its shape
         self.gate_proj = nn.Linear(config.hidden_size, config.mlp_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.mlp_size, bias=False)
         self.down_proj = nn.Linear(config.mlp_size, config.hidden_size, bias=False)
@@ -71,6 +73,7 @@ class Decoder(nn.Module):
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
+        assert config.hidden_size and config.num_heads and config.context_length and config.num_layers  # filled
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
         self.position = build_position(
@@ -86,6 +89,7 @@ class Decoder(nn.Module):
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
+            assert self.config.init_std  # DecoderConfig fills its shape
             nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
 
     def num_parameters(self) -> int:

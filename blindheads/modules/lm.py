@@ -47,6 +47,11 @@ class DecoderLM(L.LightningModule):
     linked from the data module's tokenizer by the CLI.
     """
 
+    # buffers, registered in __init__
+    _first_nonfinite: Tensor
+    _nonfinite_steps: Tensor
+    _dead_steps: Tensor
+
     def __init__(
         self,
         decoder: DecoderConfig = DecoderConfig(),
@@ -68,7 +73,7 @@ class DecoderLM(L.LightningModule):
         self.decoder = Decoder(decoder)
         if compile:
             for i, block in enumerate(self.decoder.blocks):
-                self.decoder.blocks[i] = torch.compile(block)
+                self.decoder.blocks[i] = torch.compile(block)  # type: ignore[assignment]  # a Module's compile is a Module (OptimizedModule)
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
         self.tokens_seen = 0
@@ -151,7 +156,7 @@ class DecoderLM(L.LightningModule):
             torch.nn.utils.clip_grads_with_norm_(parameters, gradient_clip_val, self._grad_norm)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        if self.global_step % self.trainer.log_every_n_steps == 0:
+        if self.global_step % self.trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
             self.check_finite()
 
     def on_train_end(self) -> None:
@@ -196,19 +201,19 @@ class DecoderLM(L.LightningModule):
         others = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
         hp = self.hparams
         optimizer = torch.optim.AdamW(
-            [{"params": matrices, "weight_decay": hp.weight_decay}, {"params": others, "weight_decay": 0.0}],
-            lr=hp.lr,
-            betas=tuple(hp.betas),
-            eps=hp.eps,
+            [{"params": matrices, "weight_decay": hp["weight_decay"]}, {"params": others, "weight_decay": 0.0}],
+            lr=hp["lr"],
+            betas=tuple(hp["betas"]),
+            eps=hp["eps"],
             fused=True,  # fused: skips flagged steps on the device
         )
         multiplier = partial(
             lr_multiplier,
             max_steps=max_steps,
-            schedule=hp.schedule,
-            warmup_steps=hp.warmup_steps,
-            decay_fraction=hp.decay_fraction,
-            min_ratio=hp.min_lr_ratio,
+            schedule=hp["schedule"],
+            warmup_steps=hp["warmup_steps"],
+            decay_fraction=hp["decay_fraction"],
+            min_ratio=hp["min_lr_ratio"],
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -217,6 +222,7 @@ class DecoderLM(L.LightningModule):
     def flops_per_token(self, length: int) -> float:
         """Training FLOPs per token (forward + backward): ``6 N`` plus causal attention ``6 L d T`` (PaLM)."""
         c = self.config
+        assert c.hidden_size and c.num_layers  # DecoderConfig fills its shape
         matmul_params = self.decoder.num_parameters() - c.vocab_size * c.hidden_size * (1 if c.tie_embeddings else 0)
         matmul_params += c.vocab_size * c.hidden_size  # the LM head is a matmul even when tied
         return 6 * matmul_params + 6 * c.num_layers * c.hidden_size * length

@@ -6,6 +6,7 @@ import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -20,6 +21,12 @@ from blindheads.numerics import THRESHOLDS, resolve_dtype, tau
 from blindheads.probes.retrieval import retrieval_grids
 from blindheads.probes.score_paths import ScorePath, match_default_attention, score_path
 from blindheads.probes.text import documents, token_stream
+
+if TYPE_CHECKING:  # for annotations only
+    from transformers import PreTrainedModel
+
+    from blindheads.export.hf import BlindheadsForCausalLM
+    from blindheads.modules.decoder import Block
 
 
 def load_published(name: str, dtype: str = "float32"):
@@ -53,12 +60,13 @@ def load_published(name: str, dtype: str = "float32"):
     return model.eval(), tokenizer
 
 
-def attention_modules(model: nn.Module) -> list[nn.Module]:
+def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
     """The per-layer self-attention modules: outermost modules whose class name ends in ``Attention`` (in an exported
     blindheads model, each block's ``AttentionWeights``)."""
     if model.config.model_type == "blindheads":
-        return [block.attn.weights for block in model.decoder.blocks]
-    found = []
+        decoder = cast("BlindheadsForCausalLM", model).decoder
+        return [block.attn.weights for block in cast("list[Block]", decoder.blocks)]  # a ModuleList of Blocks
+    found: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
         if type(module).__name__.endswith("Attention") and not any(name.startswith(f"{p}.") for p, _ in found):
             found.append((name, module))
@@ -74,7 +82,7 @@ class LayerStatistics:
 
 
 @torch.no_grad()
-def measure(model: nn.Module, tokens: torch.Tensor) -> list[ZeroStatistics]:
+def measure(model: PreTrainedModel, tokens: torch.Tensor) -> list[ZeroStatistics]:
     """Each layer's attention weights on ``tokens`` (batch, L), reduced in a hook and then dropped."""
     per_layer: dict[int, ZeroStatistics] = {}
 
@@ -95,7 +103,7 @@ def measure(model: nn.Module, tokens: torch.Tensor) -> list[ZeroStatistics]:
 
     with forward_hooks(attention_modules(model), reduce):
         if model.config.model_type == "blindheads":
-            model.decoder.hidden_states(tokens.to(model.device), attention="eager")
+            cast("BlindheadsForCausalLM", model).decoder.hidden_states(tokens.to(model.device), attention="eager")
         else:
             model(tokens.to(model.device), output_attentions=True, use_cache=False)
     return [per_layer[i] for i in sorted(per_layer)]

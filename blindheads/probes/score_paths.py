@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from torch import nn
 
 from blindheads.modules.position.slopes import mpt_slopes, press_slopes
+
+if TYPE_CHECKING:  # for annotations only
+    from transformers import PreTrainedModel
+
+    from blindheads.export.hf import BlindheadsForCausalLM
 
 
 @dataclass
@@ -23,9 +28,9 @@ class ScorePath:
     notes: list[str] = field(default_factory=list)
 
 
-def score_path(model: nn.Module) -> ScorePath:
+def score_path(model: PreTrainedModel) -> ScorePath:
     """The effective ALiBi slopes and softmax of ``model`` (a transformers causal LM) as its eager code runs."""
-    config = model.config
+    config: Any = model.config  # its fields depend on the architecture
     kind = config.model_type
     if kind == "bloom":
         return ScorePath(
@@ -55,12 +60,12 @@ def score_path(model: nn.Module) -> ScorePath:
             notes,
         )
     if kind == "blindheads":
-        components = list(model.decoder.position)
+        components = list(cast("BlindheadsForCausalLM", model).decoder.position)
         slopes = components[0].head_parameters().get("slope") if len(components) == 1 else None
         plain = slopes is not None
         return ScorePath(
             "blindheads",
-            slopes.detach().cpu() if plain else None,
+            slopes.detach().cpu() if slopes is not None else None,
             "logits = q.k / sqrt(d) + bias; softmax in softmax_dtype (eager backend)",
             [] if plain else ["a stack other than plain ALiBi: measured only (blindheads blindness predicts it)"],
         )
@@ -75,10 +80,11 @@ def _drop_duplicate_falcon_alibi(module, args, kwargs):
     return args, kwargs
 
 
-def match_default_attention(model: nn.Module) -> list[str]:
+def match_default_attention(model: PreTrainedModel) -> list[str]:
     """Make eager attention compute what the model's default attention computes; returns what was changed."""
     if model.config.model_type == "falcon" and getattr(model.config, "alibi", False):
-        for layer in model.transformer.h:
+        falcon: Any = model  # a FalconForCausalLM
+        for layer in falcon.transformer.h:
             layer.self_attention.register_forward_pre_hook(_drop_duplicate_falcon_alibi, with_kwargs=True)
         return ["eager Falcon adds ALiBi twice in transformers; the duplicate was removed to match SDPA"]
     return []

@@ -18,6 +18,7 @@ class ALiBi(PositionComponent):
     """
 
     name = "alibi"
+    fixed_slopes: Tensor  # a buffer, registered when the slopes are not learnable
 
     def __init__(
         self,

@@ -23,7 +23,8 @@ a ``name``, its ``bias`` (or ``bias_at``), ``monotone`` if it may rise, and ``he
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from collections.abc import Iterator
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -68,7 +69,7 @@ class PositionComponent(nn.Module):
         """The additive bias of head ``h`` for keys ``d`` back; ``None``: this component adds none."""
         return None
 
-    def bias_at(self, d: Tensor, q_idx: Tensor, h: Tensor) -> Tensor | None:
+    def bias_at(self, d: Tensor, q_idx: Tensor | None, h: Tensor) -> Tensor | None:
         """The bias of head ``h`` for keys ``d`` back from queries at position ``q_idx``. Only a bias that depends
         on where the query is (FIRE) overrides it; the others define ``bias``."""
         return self.bias(d, h)
@@ -115,8 +116,8 @@ class PositionStack(nn.Module):
         self.components = nn.ModuleList(components)
         self.num_heads = num_heads
 
-    def __iter__(self):
-        return iter(self.components)
+    def __iter__(self) -> Iterator[PositionComponent]:
+        return iter(cast(list[PositionComponent], self.components))  # ModuleList is not generic: these are its items
 
     @property
     def has_bias(self) -> bool:
@@ -181,12 +182,12 @@ class PositionStack(nn.Module):
             logit = c.logits(logit)
         return logit
 
-    def score_mod(self, score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def score_mod(self, score: Tensor, b: Tensor | None, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         """FlexAttention's ``score_mod``; also applied to whole index grids by the other backends."""
         d = (q_idx - kv_idx).clamp_min(0).to(torch.float32)
         return self.logit(score, self.bias_of_distance(d, h, q_idx))
 
-    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def mask_mod(self, b: Tensor | None, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         allowed = q_idx >= kv_idx
         for c in self:
             extra = c.allowed(q_idx, kv_idx)

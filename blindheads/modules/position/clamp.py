@@ -58,7 +58,7 @@ class Clamp(PositionComponent):
         if margin is not None and not margin >= 0:
             raise ValueError(f"clamp margin must be >= 0, got {margin}")
         if floor is None:
-            self.margin = DEFAULT_MARGIN if margin is None else float(margin)
+            self.margin: float | None = DEFAULT_MARGIN if margin is None else float(margin)
             floor = keeping_floor(dtype, threshold, context_length, self.margin)
         else:
             self.margin = None

@@ -22,6 +22,7 @@ class FIRE(PositionComponent):
     """
 
     name = "fire"
+    initial_min_length: Tensor  # a buffer
     monotone = False
 
     def __init__(
@@ -44,7 +45,8 @@ class FIRE(PositionComponent):
         self.hidden_bias = nn.Parameter(first.bias.detach())
         self.out_weight, self.out_bias = nn.Parameter(last.weight.detach()), nn.Parameter(last.bias.detach())
 
-    def bias_at(self, d: Tensor, q_idx: Tensor, h: Tensor) -> Tensor:
+    def bias_at(self, d: Tensor, q_idx: Tensor | None, h: Tensor) -> Tensor:
+        assert q_idx is not None  # given for a query_dependent stack
         min_length = (self.l_multiplier * self.initial_min_length).abs()
         normaliser = torch.log((self.c * torch.maximum(q_idx.to(d.dtype), min_length)).abs() + 1) + self.eps
         x = torch.log((self.c * d).abs() + 1) / normaliser

@@ -31,14 +31,15 @@ class RoPE(PositionComponent):
     def _cos_sin(self, length: int, dim: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """The prepared tables when they fit, else computed (rotate never stores: it may run inside compiled code).
         Tables made under inference mode (validate, test) are not reused outside it, where autograd may need them."""
-        cached = self.cos
+        cached, cached_sin = self.cos, self.sin
         if (
             cached is not None
+            and cached_sin is not None
             and cached.shape == (length, dim)
             and cached.device == torch.device(device)
             and (torch.is_inference_mode_enabled() or not cached.is_inference())
         ):
-            return self.cos, self.sin
+            return cached, cached_sin
         inv_freq = self.theta ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
         angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)

@@ -11,6 +11,7 @@ blindness distance (steep, safe, wide, robust) always go from the shortest dista
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -58,7 +59,9 @@ def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> Tensor:
     return slopes
 
 
-def slopes_for_blind_distances(distances: Tensor, dtype: str = "bfloat16", threshold: str = "normal") -> Tensor:
+def slopes_for_blind_distances(
+    distances: Tensor | Sequence[float], dtype: str = "bfloat16", threshold: str = "normal"
+) -> Tensor:
     """Slopes ``tau / D_h`` that make head h go blind exactly ``D_h`` tokens back (linear distances)."""
     distances = torch.as_tensor(distances, dtype=torch.float64, device="cpu")
     if (distances <= 0).any():

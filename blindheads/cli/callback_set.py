@@ -1,0 +1,62 @@
+"""The callback set: each callback a config may run, under one name, with every init argument its own option
+(``--callbacks.recall.samples 8``). A later config file or option changes one argument by name; a ``trainer.callbacks``
+list is replaced whole by a later file, and its ``--trainer.callbacks.ARG`` edits the list's last entry whatever its
+class. ``callbacks.use`` names the ones that run, in order; they run before any ``trainer.callbacks``. The settings
+every config shares are the options' defaults, written once in ``configs/callbacks/base.yaml``."""
+
+from __future__ import annotations
+
+import lightning as L
+import yaml
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+
+from blindheads.analysis.paths import CALLBACK_DEFAULTS, from_repository
+from blindheads.callbacks.episode_recall import EpisodeRecall
+from blindheads.callbacks.extrapolation import LengthExtrapolation
+from blindheads.callbacks.gradient_blindness import GradientBlindness
+from blindheads.callbacks.progress import ProgressLines
+from blindheads.callbacks.retrieval import NeedleEval, PasskeyEval
+from blindheads.callbacks.throughput import TokenThroughput
+from blindheads.callbacks.underflow import UnderflowMonitor
+
+KINDS: dict[str, type[L.Callback]] = {
+    "progress": ProgressLines,
+    "checkpoint": ModelCheckpoint,
+    "lr_monitor": LearningRateMonitor,
+    "throughput": TokenThroughput,
+    "underflow": UnderflowMonitor,
+    "gradients": GradientBlindness,
+    "passkey": PasskeyEval,
+    "needle": NeedleEval,
+    "extrapolation": LengthExtrapolation,
+    "recall": EpisodeRecall,
+}
+
+
+def add_callback_set(parser) -> None:
+    """``callbacks.NAME.ARG`` for every kind (instantiated only when used), defaults from ``CALLBACK_DEFAULTS``, and
+    ``callbacks.use``."""
+    for name, kind in KINDS.items():
+        parser.add_class_arguments(kind, f"callbacks.{name}", instantiate=False)
+    parser.add_argument(
+        "--callbacks.use", type=list[str], default=[], help=f"the callbacks that run, in order: of {', '.join(KINDS)}"
+    )
+    base = yaml.safe_load(from_repository(CALLBACK_DEFAULTS).read_text())["callbacks"]
+    parser.set_defaults(
+        {f"callbacks.{name}.{key}": value for name, args in base.items() for key, value in args.items()}
+    )
+
+
+def check_used(callbacks) -> None:
+    unknown = [name for name in callbacks.use if name not in KINDS]
+    if unknown:
+        raise ValueError(f"--callbacks.use: unknown callback {unknown[0]!r}; valid: {', '.join(KINDS)}")
+
+
+def used(callbacks) -> list[tuple[type[L.Callback], dict]]:
+    """Each used callback's class and init arguments."""
+    return [(KINDS[name], callbacks[name].as_dict()) for name in callbacks.use]
+
+
+def instantiate(callbacks) -> list[L.Callback]:
+    return [kind(**arguments) for kind, arguments in used(callbacks)]
