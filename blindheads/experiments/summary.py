@@ -367,7 +367,8 @@ def _plot_heads(out: Path, heads: pd.DataFrame) -> None:
 
 
 def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -> pd.DataFrame:
-    """The summary's tables and figures from the runs' records (``results.json`` is ``write_summary``'s)."""
+    """The summary's tables, figures, comparisons and findings from the runs' records (``results.json`` is
+    ``write_summary``'s)."""
     out.mkdir(parents=True, exist_ok=True)
     runs = run_rows(records)
     table = by_setup(runs)
@@ -378,6 +379,7 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
     if not heads.empty:
         heads.to_csv(out / "underflow_per_head.csv")
     figures(out, runs, heads)
+    compared = write_comparisons(out, records)  # where the runs measured recall per point: paired differences
     distances = recall_by_distance(records)
     if not distances.empty:
         distances.to_csv(out / "recall_by_distance.csv", index=False)
@@ -387,6 +389,8 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
         if not attributed.empty:
             attributed.to_csv(out / "heads.csv", index=False)
             (out / "attribution.md").write_text(attribution_markdown(distances, attributed, CARRIES))
+        if compared is not None:
+            write_findings(out, *compared, distances, attributed)
     curves = recall_curves(runs_dir, records) if runs_dir is not None else pd.DataFrame()
     if not curves.empty:
         curves.to_csv(out / "recall_curves.csv", index=False)
@@ -406,10 +410,6 @@ def write_summary(
         "span_s": span,  # from the first run's first log to the last results file: the grid's wall time
     }
     write_json(out / "results.json", {**record, "runs": records})
-    compared = write_comparisons(out, records)  # where the runs measured recall per point: paired differences
-    distances = recall_by_distance(records)
-    if compared is not None and not distances.empty:
-        write_findings(out, *compared, distances, head_attribution(records))
     return table
 
 
