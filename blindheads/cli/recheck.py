@@ -17,7 +17,6 @@ Writes recheck.csv and recheck.md (the command, seeds and package versions) into
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 import warnings
@@ -40,12 +39,12 @@ from blindheads.evaluation.greedy import greedy_samples
 from blindheads.evaluation.recall import Episode
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.tags import recall_tag
+from blindheads.experiments.loop import done_record
 from blindheads.experiments.runner import provenance
 
 OFFSET = 1000  # fresh episode seed = the run's + OFFSET
 Z = 1.96  # two-sided 95%
 CHECKPOINT = "checkpoints/last.ckpt"
-RESULTS = ("results.json", "done.json")  # what ``blindheads test`` wrote; the grid's record of it
 CONFIGS = ("config.test.yaml", "config.yaml")  # what the test that wrote results.json ran with; the fit's
 NOT_RUN_OPTIONS = ("ckpt_path", "weights_only", "verbose")  # the subcommand's own options, not the run's
 
@@ -62,18 +61,6 @@ class Loaded:
     precision: Precision
     results: dict
     step: int
-
-
-def read_results(run_dir: Path) -> dict:
-    """What the run's test recorded: its results.json, else the grid's done.json (which holds it)."""
-    for name in RESULTS:
-        path = run_dir / name
-        if path.is_file():
-            try:
-                return json.loads(path.read_text())
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path} is not valid JSON ({error})") from None
-    raise FileNotFoundError(f"{run_dir} has no results.json: test the run first (blindheads test --ckpt_path last)")
 
 
 def run_config(run_dir: Path, device: str | None = None) -> tuple[dict, str]:
@@ -125,7 +112,9 @@ def load_run(run_dir: str | Path, device: str | None = None) -> Loaded:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     config, device = run_config(run_dir, device)
-    results = read_results(run_dir)
+    results = done_record(run_dir)  # the grid's record of the test, else the test's results.json
+    if results is None:
+        raise FileNotFoundError(f"{run_dir} has no results.json: test the run first (blindheads test --ckpt_path last)")
     checkpoint = load_checkpoint(run_dir / CHECKPOINT)  # read_checkpoint: tensors and plain data only
     step = checkpoint.get("global_step", -1)
     if results.get("global_step") not in (None, step):
