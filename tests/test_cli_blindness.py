@@ -173,12 +173,13 @@ def test_a_config_files_dtype_and_threshold_are_used_and_explicit_flags_win(tmp_
     assert flagged["heads"][0]["blind_distance"] == pytest.approx(tau("bfloat16") / 0.5)
 
 
-def test_config_files_stack_as_in_fit_later_ones_winning(capsys):
-    conjecture = ["configs/experiments/laptop.yaml", "configs/experiments/conjecture.yaml",
-                  "configs/experiments/conjecture/subnormal.yaml"]  # fmt: skip
-    main(["blindness", *(arg for file in conjecture for arg in ("--config", file)), "--json"])
+def test_config_files_stack_as_in_fit_later_ones_winning(capsys, tmp_path):
+    kept = tmp_path / "subnormal.yaml"
+    kept.write_text("model:\n  decoder:\n    threshold: subnormal\n")
+    stacked = ["configs/experiments/laptop.yaml", "configs/experiments/dense_recall.yaml", str(kept)]
+    main(["blindness", *(arg for file in stacked for arg in ("--config", file)), "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert (report["dtype"], report["threshold"], report["context"]) == ("float32", "subnormal", 256)
+    assert (report["dtype"], report["threshold"], report["context"]) == ("float32", "subnormal", 64)  # the last wins
     head = report["heads"][0]
     assert math.floor(head["blind_distance"]) + 1 == first_zero_distance(head["slope"], torch.float32)
 

@@ -104,9 +104,12 @@ def test_every_argument_is_checked_before_anything_runs(tmp_path):
         ("grid", "--out", str(blocker / "out")): f"--out {blocker / 'out'} cannot be written (Not a directory); "
         "pass another --out",
         ("grid", "--out", str(runs / "summary")): f"--out {runs / 'summary'} and --runs {runs} overlap",
-        ("conjecture", "--conditions", "zero", "zero"): "--conditions lists zero more than once",
-        ("conjecture", "--steps", "0"): "--steps and --every must be >= 1, got 0",
-        ("conjecture", "--every", "900"): "--every 900 is more than --steps 800: recall would never be measured",
+        ("grid", "--hours", "0"): "--hours must be > 0, got 0.0",
+        ("conjecture", "--arms", "adam", "adam"): "--arms lists adam more than once",
+        ("conjecture", "--arms", "lion"): "unknown arms ['lion']; valid: adam, adam_tiny_eps, float64, float64_tiny_eps, sgd, decoder",
+        ("conjecture", "--biases", "-3"): "bias '-3' must be >= 0",
+        ("conjecture", "--biases", "huge"): "unknown bias 'huge'; valid: a number >= 0, tau, masked",
+        ("conjecture", "--steps", "0"): "--steps, --decoder-pretrain, --decoder-steps and --every must be >= 1, got 0",
     }
     for (program, *options), line in refused.items():
         assert refusal([program, "--runs", str(runs), "--out", str(tmp_path / "out"), *options]).startswith(
@@ -199,11 +202,40 @@ def test_a_done_run_is_not_run_again_whichever_marker_recorded_it(tmp_path):
         def launch(self, command, run_dir):
             raise AssertionError(f"{run_dir} was run again")
 
-    labels = {"setup": "nope", "seed": 0}
-    grid_run, conjecture_run = tmp_path / "grid/nope/seed0", tmp_path / "conjecture/nope/seed0"
+    labels, out, wanted = {"setup": "nope", "seed": 0}, tmp_path / "out", identity([], [])
+    grid_run, other_run = tmp_path / "grid/nope/seed0", tmp_path / "other/nope/seed0"
     write_json(grid_run / "results.json", {"setup": "nope", "seed": 0, "global_step": 3, "wall_s": 1.5})
-    write_json(conjecture_run / DONE, {"condition": "nope", "seed": 0, "wall_s": 2.5})
-    assert complete(Run("nope", grid_run, labels, [], [], ("fit", "test")), NoJobs())["global_step"] == 3
-    assert complete(Run("nope", conjecture_run, {"condition": "nope", "seed": 0}, [], []), NoJobs())["wall_s"] == 2.5
+    write_json(other_run / DONE, {"condition": "nope", "seed": 0, "wall_s": 2.5})
+    assert complete(Run("nope", grid_run, labels, [], [], ("fit", "test")), NoJobs(), out, wanted)["global_step"] == 3
+    assert complete(Run("nope", other_run, labels, [], []), NoJobs(), out, wanted)["wall_s"] == 2.5
     with pytest.raises(AssertionError, match="was run again"):
-        complete(Run("nope", tmp_path / "fresh", labels, [], []), NoJobs())
+        complete(Run("nope", tmp_path / "fresh", labels, [], []), NoJobs(), out, wanted)
+
+
+def test_a_record_kept_in_the_summary_folder_is_a_done_run_on_any_checkout(tmp_path):
+    """A finished run's record goes to OUT/records/ at once: committed with the summary, it spares the run on a
+    checkout without the run directory; made with other options, it is refused, naming the difference; past the
+    deadline nothing new starts."""
+
+    class Jobs:
+        launched: list = []
+
+        def launch(self, command, run_dir):
+            self.launched.append(command)
+            write_json(run_dir / "results.json", {"answer": 42})
+
+    out, run = tmp_path / "out", Run("alibi seed 0", tmp_path / "runs/alibi/seed0", {"setup": "alibi"}, ["--a", "1"],
+                                     [], ("conjecture-arm",))  # fmt: skip
+    wanted = identity(run.options, [])
+    record = complete(run, Jobs(), out, wanted)
+    assert Jobs.launched == [["conjecture-arm", "--a", "1"]], "no checkpoint option for a non-Lightning command"
+    kept = json.loads((out / "records/alibi-seed-0.json").read_text())
+    assert kept == {"options": wanted, "record": record} and record["answer"] == 42
+    shutil.rmtree(tmp_path / "runs")  # a fresh checkout: only the committed summary folder
+    assert complete(run, Jobs(), out, wanted) == record and len(Jobs.launched) == 1
+    with pytest.raises(
+        RunChanged, match=r"records/alibi-seed-0.json was made with other options \(then --a 1; now --a 2\)"
+    ):
+        complete(run, Jobs(), out, identity(["--a", "2"], []))
+    late = Run("nope seed 0", tmp_path / "runs/nope/seed0", {"setup": "nope"}, [], [], ("conjecture-arm",))
+    assert complete(late, Jobs(), out, identity([], []), deadline=0.0) is None and len(Jobs.launched) == 1

@@ -49,6 +49,12 @@ def _conjecture(argv: list[str]) -> None:
     conjecture_main(argv)
 
 
+def _conjecture_arm(argv: list[str]) -> None:
+    from blindheads.experiments.conjecture import arm_main
+
+    arm_main(argv)
+
+
 def _recheck(argv: list[str]) -> None:
     from blindheads.cli.recheck import main as recheck_main
 
@@ -62,6 +68,7 @@ COMMANDS = {
     "lm_eval": _lm_eval,
     "grid": _grid,
     "conjecture": _conjecture,
+    "conjecture-arm": _conjecture_arm,
     "recheck": _recheck,
     **{name: _lightning(name) for name in ("fit", "validate", "test")},
 }
@@ -74,7 +81,8 @@ SUMMARIES = {
     "export": "a Hugging Face directory from a checkpoint",
     "lm_eval": "lm-evaluation-harness on a checkpoint",
     "grid": "train and test every position setup at several seeds; one summary table and figures",
-    "conjecture": "can a head blind at a distance learn to use it? the same model under six conditions",
+    "conjecture": "where does learning through a small attention weight stop? a dose-response curve, bare head and decoder",
+    "conjecture-arm": "one run of blindheads conjecture (the driver starts it)",
     "recheck": "a tested run's recall re-evaluated: greedy decoding on fresh episodes vs the committed numbers",
 }
 USAGE = "usage: blindheads {" + ",".join(COMMANDS) + "} [options]   (blindheads COMMAND --help for its options)"

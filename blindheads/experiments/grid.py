@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from blindheads.arguments import Parser
-from blindheads.experiments.loop import Run, run_experiment
+from blindheads.experiments.loop import Run, add_part_option, run_experiment
 from blindheads.experiments.runner import checked, configs, distinct
 from blindheads.experiments.setups import position_of, setup_files, setup_names
 from blindheads.experiments.summary import write_summary
@@ -45,6 +45,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--out", help="summary directory (tables, figures, results.json); default: the runs' directory + -summary"
     )
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (one thread each)")
+    add_part_option(parser)
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit and test")
     args = parser.parse_args(argv)
     unknown = [s for s in args.setups if s not in setup_names()]
@@ -64,12 +65,13 @@ def run_options(setup: str, seed: int, args: argparse.Namespace) -> list[str]:
 
 
 def runs(args: argparse.Namespace) -> list[Run]:
-    """A fit then a test of every setup at every seed."""
+    """A fit then a test of every setup at every seed, seed by seed (a part cut short by ``--hours`` leaves whole
+    seeds to compare setups on)."""
     return [
         Run(f"{setup} seed {seed}", Path(args.runs) / setup / f"seed{seed}",
             {"setup": setup, "seed": seed, "position": position_of(setup_files(setup, args.config))},
             run_options(setup, seed, args), setup_files(setup, args.config), ("fit", "test"))
-        for setup in args.setups for seed in args.seeds
+        for seed in args.seeds for setup in args.setups
     ]  # fmt: skip
 
 

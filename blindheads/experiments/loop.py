@@ -2,10 +2,12 @@
 (``--parallel`` at once, a killed one resumed from its ``last.ckpt``), record it done, then publish one summary.
 An experiment supplies only its runs (``Run``) and what its summary writes from their records.
 
-A run is done when its ``done.json`` (``DONE``) holds its record, written after its last command succeeded. Runs
-made before this loop are recognised too: the conjecture's used the same marker; the grid's marked a run done by
-the ``results.json`` its test writes, so a run with that file (and no ``done.json``) counts as done, its record read
-from it.
+A run is done when its record is kept: in the summary folder (``OUT/records/RUN.json``, written the moment the run
+finishes, beside the options that made it), or in its run directory (``done.json``; a grid run made before this
+loop, by the ``results.json`` its test wrote). The summary folder is what gets committed, so an experiment can be
+done in parts: ``--hours`` starts no run after that long, the summary covers the runs done so far and names the
+rest, and the same command on any checkout of those records runs only what is missing. A kept record made with
+other options is refused, naming the difference.
 """
 
 from __future__ import annotations
@@ -18,18 +20,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from blindheads.experiments.runner import Driver, experiment, identity, publish, read_json, resume_option, write_json
+from blindheads.experiments.runner import (
+    RECORDS,
+    Driver,
+    RunChanged,
+    difference,
+    experiment,
+    identity,
+    publish,
+    read_json,
+    resume_option,
+    write_json,
+)
 
 DONE = "done.json"  # a run's record, written once its last command succeeded
-TESTED = "results.json"  # what ``blindheads test`` writes in the run directory
+TESTED = "results.json"  # what ``blindheads test`` (or any command of a run) writes in the run directory
+LIGHTNING = ("fit", "test")  # commands that take a checkpoint: fit resumes from one, test reads the fit's
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Run:
     """One run of an experiment: its name in what the driver prints, its directory, the ``blindheads`` commands
-    that make it, each given ``options`` (``fit`` adds ``--ckpt_path last`` where a killed run left a checkpoint; a
-    later command reads the fit's ``last.ckpt``), and the config files they read. ``options`` and ``files`` decide
+    that make it, each given ``options`` (``fit`` adds ``--ckpt_path last`` where a killed run left a checkpoint;
+    ``test`` reads the fit's ``last.ckpt``; any other command starts over), and the config files they read. ``options`` and ``files`` decide
     its result (its identity); ``labels`` (setup or condition, seed) start its record."""
 
     name: str
@@ -40,31 +54,52 @@ class Run:
     commands: tuple[str, ...] = ("fit",)
 
 
+def add_part_option(parser: argparse.ArgumentParser) -> None:
+    """``--hours``: the experiment in parts (a laptop's evening, a cluster's time limit)."""
+    parser.add_argument("--hours", type=float, help="start no run after this many hours; the summary covers what is "
+                        "done and names the rest, and the same command continues (default: no limit)")  # fmt: skip
+
+
 def run_experiment(program: str, argv: list[str], args: argparse.Namespace, runs: list[Run],
                    summarize: Callable[[Path, list[dict], str, float], T]) -> T:  # fmt: skip
-    """Every run done, then ``summarize(folder, records, command, wall_s)`` published whole to ``args.out``; what
-    it returns."""
+    """Every run done (or, past ``args.hours``, those done so far), then ``summarize(folder, records, command,
+    wall_s)`` published whole to ``args.out``; what it returns."""
     started = time.monotonic()
+    hours = getattr(args, "hours", None)  # checked (``runner.checked``)
+    deadline = started + hours * 3600 if hours else None
     wanted = {run.directory: identity(run.options, run.files) for run in runs}
+    out = Path(args.out)
     with experiment(program, args, wanted, [file for run in runs for file in run.files]) as driver:
         with ThreadPoolExecutor(args.parallel) as pool:
-            records = list(pool.map(lambda run: complete(run, driver), runs))
+            done = pool.map(lambda run: complete(run, driver, out, wanted[run.directory], deadline), runs)
+            records = [record for record in done if record is not None]
+        if len(records) < len(runs):
+            print(f"blindheads {program}: {len(records)} of {len(runs)} runs done after --hours {hours}; the same "
+                  "command continues", flush=True)  # fmt: skip
         command, wall_s = f"blindheads {program} " + " ".join(argv), time.monotonic() - started
-        written = publish(Path(args.out), lambda staging: summarize(staging, records, command, wall_s))
-    print(f"summary: {Path(args.out) / 'summary.md'}")
+        written = publish(out, lambda staging: summarize(staging, records, command, wall_s))
+    print(f"summary: {out / 'summary.md'}")
     return written
 
 
-def complete(run: Run, driver: Driver) -> dict:
-    """The run's record: read where it is done, else made by running its commands (with its wall time, and
-    ``resumed`` where it continued a killed run: the wall time counts only the part after the resume)."""
-    done = done_record(run.directory)
+def record_path(out: Path, run: Run) -> Path:
+    """Where the summary folder keeps ``run``'s record: named after the run (``alibi seed 0`` -> ``alibi-seed-0``)."""
+    return out / RECORDS / f"{run.name.replace(' ', '-')}.json"
+
+
+def complete(run: Run, driver: Driver, out: Path, wanted: dict, deadline: float | None = None) -> dict | None:
+    """The run's record: read where it is kept, else made by running its commands (with its wall time, and
+    ``resumed`` where it continued a killed run: the wall time counts only the part after the resume) and kept in
+    the summary folder at once; None where ``deadline`` passed before it could start."""
+    done = kept_record(record_path(out, run), wanted) or done_record(run.directory)
     if done is not None:
         return {**run.labels, **done}
+    if deadline is not None and time.monotonic() > deadline:
+        return None
     resume = resume_option(run.directory)
     started = time.monotonic()
     for command in run.commands:
-        checkpoint = resume if command == "fit" else ["--ckpt_path", "last"]
+        checkpoint = {"fit": resume, "test": ["--ckpt_path", "last"]}.get(command, [])
         driver.launch([command, *run.options, *checkpoint], run.directory)
     tested = run.directory / TESTED
     record = {**run.labels, **(read_json(tested) if tested.exists() else {})}
@@ -72,8 +107,20 @@ def complete(run: Run, driver: Driver) -> dict:
     if resume:
         record["resumed"] = True
     write_json(run.directory / DONE, record)
+    write_json(record_path(out, run), {"options": wanted, "record": record}, compact=True)
     print(f"{run.name}: done in {record['wall_s']:.0f} s", flush=True)
     return record
+
+
+def kept_record(path: Path, wanted: dict) -> dict | None:
+    """The record the summary folder keeps at ``path``, if any; refused if made with other options."""
+    if not path.exists():
+        return None
+    kept = read_json(path)
+    if kept["options"] != wanted:
+        raise RunChanged(f"{path} was made with other options ({difference(kept['options'], wanted)}); remove it to "
+                         "run it again with these, or pass another --out")  # fmt: skip
+    return kept["record"]
 
 
 def done_record(run_dir: Path) -> dict | None:

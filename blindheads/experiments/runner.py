@@ -40,6 +40,7 @@ from blindheads.locks import RUN_LOCK
 
 PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")  # recorded beside every result
 DRIVER_LOCK = ".blindheads-driver.lock"
+RECORDS = "records"  # the summary folder's copy of every finished run's record (``loop``): kept across summaries
 # glibc hands the pages of a large freed tensor back and faults them in again at the next one: a quarter of an
 # evaluation's time went to the kernel. Kept at the heap's top they are reused (a variable the user set wins).
 KEEP_FREED_MEMORY = {"MALLOC_TRIM_THRESHOLD_": str(16 << 30), "MALLOC_TOP_PAD_": str(1 << 30)}
@@ -85,6 +86,8 @@ def checked(args):
     distinct("--seeds", args.seeds)
     at_least("--seeds", args.seeds, 0)
     at_least("--parallel", [args.parallel], 1)
+    if getattr(args, "hours", None) is not None and not args.hours > 0:
+        raise ValueError(f"--hours must be > 0, got {args.hours}")
     args.config = [located(file) for file in args.config]
     args.out = args.out or f"{Path(args.runs)}-summary"
     separate(Path(args.out), Path(args.runs))
@@ -202,7 +205,7 @@ def owned(directory: Path, program: str, option: str) -> Iterator[None]:
 
 def publish(out: Path, write: Callable[[Path], T]) -> T:
     """The summary whole or not at all: ``write`` fills a staging folder beside ``out`` (with a copy of ``out``'s
-    ``options.json`` and lock), which then replaces ``out`` by two renames: the old folder aside, the new one in.
+    ``options.json``, lock and kept run records), which then replaces ``out`` by two renames: the old folder aside, the new one in.
     A reader sees the old summary or the new one, never tables of one and ``results.json`` of the other; a driver
     killed while writing leaves a staging folder the next one removes, one killed between the renames leaves the old
     summary aside, and the next driver puts it back (``owned``)."""
@@ -213,6 +216,8 @@ def publish(out: Path, write: Callable[[Path], T]) -> T:
         for name in ("options.json", DRIVER_LOCK):
             if (out / name).exists():
                 shutil.copy2(out / name, staging / name)
+        if (out / RECORDS).is_dir():
+            shutil.copytree(out / RECORDS, staging / RECORDS)
         written = write(staging)
     except BaseException:
         shutil.rmtree(staging)
@@ -276,11 +281,11 @@ def identity(options: list[str], config_files: list[str], env: dict | None = Non
 
 
 def summary_identity(args, config_files: list[str]) -> dict:
-    """What decides an experiment's summary: the driver's options but where it is written and how many run at
-    once, and its config files' contents."""
+    """What decides an experiment's summary: the driver's options but where it is written, how many run at once
+    and how long this part may take, and its config files' contents."""
     options = []
     for name, value in vars(args).items():
-        if name not in ("out", "parallel"):
+        if name not in ("out", "parallel", "hours"):
             options += [
                 "--" if name == "extra" else f"--{name}",
                 *map(str, value if isinstance(value, list) else [value]),
@@ -297,7 +302,7 @@ def check(run_dir: Path, wanted: dict, option: str = "--runs") -> None:
     if marker.exists():
         before = read_json(marker)
         if before != wanted:
-            raise RunChanged(f"{run_dir} was made with other options ({_difference(before, wanted)}); remove it "
+            raise RunChanged(f"{run_dir} was made with other options ({difference(before, wanted)}); remove it "
                              f"to run it again with these, or pass another {option}")  # fmt: skip
     elif run_dir.exists() and any(p.name != DRIVER_LOCK for p in run_dir.iterdir()):
         raise RunChanged(f"{run_dir} holds files made without a record of their options; remove it or pass another "
@@ -333,7 +338,7 @@ def _pairs(options: list[str]) -> list[str]:
     return pairs
 
 
-def _difference(before: dict, now: dict) -> str:
+def difference(before: dict, now: dict) -> str:
     parts = []
     then_options, now_options = _pairs(before["options"]), _pairs(now["options"])
     removed = [o for o in then_options if o not in now_options]
@@ -350,9 +355,11 @@ def _difference(before: dict, now: dict) -> str:
     return "; ".join(parts) or "they differ"
 
 
-def write_json(path: Path, value) -> None:
-    """``value`` as indented JSON, written atomically."""
-    atomic.write_text(path, json.dumps(value, indent=2) + "\n")
+def write_json(path: Path, value, compact: bool = False) -> None:
+    """``value`` as indented JSON (``compact``: on one line, for records of long curves), written atomically."""
+    atomic.write_text(
+        path, (json.dumps(value, separators=(",", ":")) if compact else json.dumps(value, indent=2)) + "\n"
+    )
 
 
 def read_json(path: Path):

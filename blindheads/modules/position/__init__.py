@@ -12,6 +12,7 @@ from blindheads.modules.position.registry import COMPONENTS, PositionSpec, build
 from blindheads.modules.position.rope import RoPE
 from blindheads.modules.position.sliding_window import SlidingWindow
 from blindheads.modules.position.soft_cap import SoftCap
+from blindheads.modules.position.step import Step
 from blindheads.modules.position.t5_buckets import T5Buckets
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "RoPE",
     "SlidingWindow",
     "SoftCap",
+    "Step",
     "T5Buckets",
     "build_position",
 ]
