@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 PASSKEY_INSTRUCTION = (
@@ -73,3 +74,10 @@ def held_out_words() -> set[str]:
     """Every lower-case word of the prompts' texts and needle keys."""
     text = " ".join(TEXTS) + " " + " ".join(word for words in NEEDLE_KEY_WORDS for word in words)
     return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def evaluation_value(value: str) -> bool:
+    """Whether a passkey key or needle value (a digit string) is the evaluation's to ask: half of all of them, by a
+    hash their digits do not show. Training draws only the other half (``datamodules/task_format.py``), so no
+    evaluation answer is one training taught."""
+    return hashlib.sha256(value.encode()).digest()[0] < 128

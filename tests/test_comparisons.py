@@ -150,3 +150,25 @@ def test_recall_under_the_cap_is_compared_with_the_same_setup_uncapped_and_not_w
     assert written.loc[("alibi capped", "alibi", "distance4x"), "verdict"] == "higher"
     assert written.loc[("steep capped", "steep", "distance4x"), "verdict"] == "no difference shown"
     assert {a for a, b, _ in written.index if b in ("alibi", "baseline")} == {"steep", "alibi capped", "alibi"}
+
+
+def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_paper(tmp_path):
+    from blindheads.experiments.retrieval_comparisons import write_retrieval
+
+    auc = {"alibi": [0.9, 0.8, 0.85], "log_distance": [0.95, 0.9, 0.97], "nope": [0.9, 0.8, 0.85]}
+    runs = pd.DataFrame([
+        {"setup": setup, "seed": seed, "passkey_auc_in": value, "passkey_auc_out": value / 2,
+         "needle_auc_in": value, "needle_auc_out": 0.1}
+        for setup, values in auc.items() for seed, value in enumerate(values)
+    ])  # fmt: skip
+    table = write_retrieval(tmp_path, runs).set_index(["setup", "metric"])
+    row = table.loc[("log_distance", "passkey_auc_in")]
+    differences = np.array([0.05, 0.10, 0.12])
+    half = 4.302652729911275 * differences.std(ddof=1) / np.sqrt(3)  # Student's t, 2 degrees of freedom
+    assert row["minus_alibi"] == pytest.approx(differences.mean())
+    assert (row["low"], row["high"]) == pytest.approx((differences.mean() - half, differences.mean() + half))
+    assert row["verdict"] == "higher" and (row["wins"], row["losses"]) == (3, 0) and row["p"] == 0.25
+    assert table.loc[("nope", "passkey_auc_in"), "verdict"] == "no difference shown"  # identical: no interval above 0
+    assert table.loc[("log_distance", "passkey_auc_out"), "paper"] == 0.77
+    assert "| log_distance | passkey_auc_out | 3 | 0.47 | 0.77 |" in (tmp_path / "retrieval.md").read_text()
+    assert write_retrieval(tmp_path, runs.drop(columns=["needle_auc_out"])) is None

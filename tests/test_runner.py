@@ -106,7 +106,11 @@ def test_every_argument_is_checked_before_anything_runs(tmp_path):
         ("grid", "--out", str(runs / "summary")): f"--out {runs / 'summary'} and --runs {runs} overlap",
         ("grid", "--hours", "0"): "--hours must be > 0, got 0.0",
         ("conjecture", "--arms", "adam", "adam"): "--arms lists adam more than once",
-        ("conjecture", "--arms", "lion"): "unknown arms ['lion']; valid: adam, adam_tiny_eps, float64, float64_tiny_eps, sgd, decoder",
+        (
+            "conjecture",
+            "--arms",
+            "lion",
+        ): "unknown arms ['lion']; valid: adam, adam_tiny_eps, float64, float64_tiny_eps, sgd, decoder",
         ("conjecture", "--biases", "-3"): "bias '-3' must be >= 0",
         ("conjecture", "--biases", "huge"): "unknown bias 'huge'; valid: a number >= 0, tau, masked",
         ("conjecture", "--steps", "0"): "--steps, --decoder-pretrain, --decoder-steps and --every must be >= 1, got 0",

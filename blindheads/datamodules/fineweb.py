@@ -19,6 +19,7 @@ from blindheads.datamodules.batch_memory import check_batch_fits
 from blindheads.datamodules.fingerprint import differences, fingerprint, hashes_ends_only
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.datamodules.sources import SOURCES, DataFiles, data_files, stream_documents
+from blindheads.datamodules.task_format import TaskFormat, TaskWriter
 from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
 from blindheads.datamodules.windows import TokenWindows, collate_windows
 
@@ -33,7 +34,9 @@ class FineWebEdu(L.LightningDataModule):
     ``num_workers``: the same config on the same world size and worker count gives the same windows on any machine.
     Validation uses the first ``val_windows`` windows of the held-out file(s), which training never reads.
     The data position of every rank is saved in checkpoints and restored on resume. ``retrieval_mix`` inserts
-    retrieval episodes into the training documents (see ``retrieval_mix.py``); validation text stays natural.
+    retrieval episodes into the training documents (see ``retrieval_mix.py``); ``task_format`` instead makes every
+    training window passkey and needle sequences in the evaluation's own format (see ``task_format.py``); validation
+    text stays natural.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class FineWebEdu(L.LightningDataModule):
         cache_dir: str | None = None,
         accept_data_change: bool = False,
         retrieval_mix: RetrievalMix | None = None,
+        task_format: TaskFormat | None = None,
     ) -> None:
         super().__init__()
         if source not in SOURCES:
@@ -61,6 +65,8 @@ class FineWebEdu(L.LightningDataModule):
         for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("val_windows", val_windows)):
             if value < 1:
                 raise ValueError(f"data.{name} must be >= 1, got {value}")
+        if retrieval_mix is not None and task_format is not None:
+            raise ValueError("data.retrieval_mix and data.task_format both write the training stream: null one")
         if num_workers < 0:
             raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
         self.save_hyperparameters()
@@ -75,7 +81,7 @@ class FineWebEdu(L.LightningDataModule):
             val_windows,
         )
         self.shuffle_files_seed, self.accept_data_change = shuffle_files_seed, accept_data_change
-        self.retrieval_mix = retrieval_mix
+        self.retrieval_mix, self.task_format = retrieval_mix, task_format
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.tokenizer: PreTrainedTokenizerFast | None = None  # loaded in setup, with the files
         self.files: DataFiles | None = None
@@ -140,11 +146,14 @@ class FineWebEdu(L.LightningDataModule):
             files=getattr(self.files, split),
         )
 
-    def _episode_writer(self) -> EpisodeWriter | None:
-        """Retrieval episodes for the training stream (validation and held-out text stay natural)."""
+    def _episode_writer(self) -> EpisodeWriter | TaskWriter | None:
+        """Retrieval episodes or task sequences for the training stream (validation and held-out text stay natural)."""
+        assert self.tokenizer is not None  # callers run setup first
+        if self.task_format is not None:
+            streams = self._rank_and_world()[1] * max(self.num_workers, 1)
+            return TaskWriter(self.task_format, self.tokenizer, self.seq_len, streams)
         if self.retrieval_mix is None:
             return None
-        assert self.tokenizer is not None  # callers run setup first
         return EpisodeWriter(self.retrieval_mix, self.tokenizer.backend_tokenizer, self.seq_len)
 
     # --- loaders ---------------------------------------------------------------------------------------------
@@ -248,6 +257,8 @@ class FineWebEdu(L.LightningDataModule):
             seq_len=self.seq_len,
             text_column=self.text_column,
             retrieval_mix=asdict(self.retrieval_mix) if self.retrieval_mix else None,
+            # recorded only when set, so checkpoints from before it existed still match
+            **({"task_format": asdict(self.task_format)} if self.task_format else {}),
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

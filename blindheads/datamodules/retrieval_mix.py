@@ -165,10 +165,11 @@ class EpisodeWriter:
         recall_tokens = [t for prefix, value in recalls for t in (*prefix, *value, *self.encode("."))]
         return facts + [0] * gap + recall_tokens, facts, recalls, gap
 
-    def insert(self, text: str, tokens: np.ndarray, epoch: int, window_offset: int) -> np.ndarray:
+    def insert(self, text: str, tokens: np.ndarray, epoch: int, window_offset: int, window: int = 0) -> np.ndarray:
         """``tokens`` of document ``text`` (which starts ``window_offset`` tokens into a training window), with an
         episode in each window it covers with probability ``rate``, where the episode fits after the document's
-        start and the document has text enough for its gap (all counted in ``statistics``)."""
+        start and the document has text enough for its gap (all counted in ``statistics``). ``window``, the stream's
+        window index, is unused: these episodes stay the same over training (``task_format.py``'s ramp up)."""
         rng = random.Random(hashlib.sha256(f"{self.mix.seed}/{epoch}/{text}".encode()).hexdigest())
         tokens = self.filler(tokens)
         window, out, taken, cursor = self.seq_len, [], 0, window_offset

@@ -7,7 +7,8 @@ exactly once.
 Each DataLoader worker of each rank reads one *stream*: ``datasets.distributed.split_dataset_by_node`` with
 ``world_size * num_workers`` nodes, which gives whole files to streams when there are enough and every n-th
 document otherwise, so streams are disjoint and together cover the source. Every window carries the position where
-its stream goes on after it; restarting a stream there reproduces the rest exactly. Training streams repeat the
+its stream goes on after it (and how many windows the stream has yielded, a clock that episode writers may use for
+a curriculum); restarting a stream there reproduces the rest exactly. Training streams repeat the
 data epoch after epoch, so every rank always has a next batch and training length is set by ``max_steps``.
 """
 
@@ -26,14 +27,16 @@ from tokenizers import Tokenizer
 
 from blindheads.datamodules.encoding import encode_documents
 from blindheads.datamodules.retrieval_mix import EpisodeWriter
+from blindheads.datamodules.task_format import TaskWriter
 
 DOC_BATCH = 64  # documents tokenized together (the Rust tokenizer parallelises a batch)
 
 
 def _start(epoch: int) -> dict[str, Any]:
     """A stream position: ``docs``, the ``datasets`` state before a batch of documents (``None`` at an epoch's
-    start), then document ``doc`` of that batch and token ``offset`` of that document."""
-    return {"epoch": epoch, "docs": None, "doc": 0, "offset": 0}
+    start), then document ``doc`` of that batch and token ``offset`` of that document; ``window``, the windows the
+    stream yielded before it (absent in checkpoints written before it existed: 0)."""
+    return {"epoch": epoch, "docs": None, "doc": 0, "offset": 0, "window": 0}
 
 
 class TokenWindows(torch.utils.data.IterableDataset):
@@ -51,7 +54,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
         world_size: int = 1,
         repeat: bool = True,
         resume: dict[str, Any] | None = None,
-        episodes: EpisodeWriter | None = None,
+        episodes: EpisodeWriter | TaskWriter | None = None,
         files: tuple[str, ...] = (),
     ) -> None:
         self.documents, self.tokenizer, self.eos_id = documents, tokenizer, eos_id
@@ -77,7 +80,8 @@ class TokenWindows(torch.utils.data.IterableDataset):
         """Yield ``(state before the batch, epoch, token arrays)``, starting at ``position``."""
         epoch, state = position["epoch"], position["docs"]
         skip_docs, skip_tokens = position["doc"], position["offset"]
-        cursor = -skip_tokens % self.seq_len  # where in a window the next document starts (positions are boundaries)
+        # the stream index of the next document's first token (a position is a window boundary)
+        start = position.get("window", 0) * self.seq_len - skip_tokens
         while True:
             docs.set_epoch(epoch)
             if state is not None:
@@ -88,7 +92,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
                 texts = _checked_texts(batch[self.text_column], state)
                 arrays = encode_documents(self.tokenizer, texts)
                 if self.episodes is not None:
-                    arrays, cursor = self._with_episodes(texts, arrays, epoch, cursor, first=skip_docs)
+                    arrays, start = self._with_episodes(texts, arrays, epoch, start, first=skip_docs)
                 arrays = [np.append(a, self.eos_id) for a in arrays]
                 if skip_docs or skip_tokens:  # resuming inside this batch
                     arrays = (
@@ -107,15 +111,17 @@ class TokenWindows(torch.utils.data.IterableDataset):
                 return
             epoch, state = epoch + 1, None
 
-    def _with_episodes(self, texts: list[str], arrays: list[np.ndarray], epoch: int, cursor: int, first: int):
-        """Documents ``first`` onwards with their episodes; ``cursor`` follows each document's start in its window
-        (the episodes depend on it, so a resumed stream rebuilds the same documents)."""
+    def _with_episodes(self, texts: list[str], arrays: list[np.ndarray], epoch: int, start: int, first: int):
+        """Documents ``first`` onwards with their episodes; ``start`` follows each document's first token in the
+        stream, so its window and place in that window (the episodes depend on both, so a resumed stream rebuilds the
+        same documents)."""
         assert self.episodes is not None  # called for a stream with episodes only
         out = list(arrays)
         for i in range(first, len(arrays)):
-            out[i] = self.episodes.insert(texts[i], arrays[i], epoch, cursor)
-            cursor = (cursor + len(out[i]) + 1) % self.seq_len  # + 1: the EOS that follows
-        return out, cursor
+            window, offset = divmod(start, self.seq_len)
+            out[i] = self.episodes.insert(texts[i], arrays[i], epoch, offset, window=window)
+            start += len(out[i]) + 1  # + 1: the EOS that follows
+        return out, start
 
     def _windows(self, docs: datasets.IterableDataset, position: dict[str, Any]):
         span = self.seq_len
@@ -123,6 +129,7 @@ class TokenWindows(torch.utils.data.IterableDataset):
         starts: list[int] = []  # buffer index where each buffered document (or its resumed remainder) begins
         origins: list[dict[str, Any]] = []  # the stream position of that index
         pending_offset = position["offset"]  # the first document read may be a resumed remainder
+        windows = position.get("window", 0)
         for state, epoch, arrays in self._document_batches(docs, position):
             end = len(buffer)
             for doc, tokens in enumerate(arrays):
@@ -134,8 +141,8 @@ class TokenWindows(torch.utils.data.IterableDataset):
             emitted = 0
             while len(buffer) - emitted > span:
                 window = torch.from_numpy(buffer[emitted : emitted + span + 1].copy())
-                emitted += span
-                yield window, _position_at(starts, origins, emitted)
+                emitted, windows = emitted + span, windows + 1
+                yield window, {**_position_at(starts, origins, emitted), "window": windows}
             if emitted:
                 keep = bisect.bisect_right(starts, emitted) - 1
                 origins = [_position_at(starts, origins, emitted), *origins[keep + 1 :]]

@@ -22,6 +22,7 @@ from blindheads.prompt_texts import (
     PASSKEY_INSTRUCTION,
     PASSKEY_NEEDLE,
     PASSKEY_QUESTION,
+    evaluation_value,
 )
 
 
@@ -89,6 +90,13 @@ def random_digits(rng: random.Random, digits: int) -> str:
     return str(rng.randint(10 ** (digits - 1), 10**digits - 1))
 
 
+def evaluation_digits(rng: random.Random, digits: int) -> str:
+    """A number of ``digits`` digits from the evaluation's half (``evaluation_value``): one training never teaches."""
+    while not evaluation_value(value := random_digits(rng, digits)):
+        pass
+    return value
+
+
 def passkey_samples(tokenizer, lengths: list[int], depths: list[float], samples: int, seed: int = 0, digits: int = 5):
     """The landmark-attention passkey task: instruction, filler, the pass-key line at ``depth``, question; keys of
     ``digits`` digits (5 in the original task)."""
@@ -101,7 +109,7 @@ def passkey_samples(tokenizer, lengths: list[int], depths: list[float], samples:
         filler = unit * (length // max(1, len(unit)) + 1)
         for depth in depths:
             for index in range(samples):
-                key = random_digits(sample_rng(seed, length, depth, index), digits)
+                key = evaluation_digits(sample_rng(seed, length, depth, index), digits)
                 needle = builder.encode(PASSKEY_NEEDLE.format(key=key))
                 tokens, start = builder.assemble(
                     length, head, filler, [(depth, needle)], tail, builder.encode(f" {key}"), boundary=len(unit)
@@ -132,10 +140,10 @@ def needle_samples(
                 while len(keys) < distractors + 1:
                     keys.add(f"{rng.choice(NEEDLE_KEY_WORDS[0])}-{rng.choice(NEEDLE_KEY_WORDS[1])}")
                 key, *others = sorted(keys)
-                value = random_digits(rng, digits)
+                value = evaluation_digits(rng, digits)
                 needles = [(depth, builder.encode(NEEDLE.format(key=key, value=value)))]
                 for other in others:
-                    fake = random_digits(rng, digits)
+                    fake = evaluation_digits(rng, digits)
                     needles.append((rng.random(), builder.encode(NEEDLE.format(key=other, value=fake))))
                 offset = rng.randrange(max(1, len(haystack) - length))
                 tokens, start = builder.assemble(

@@ -26,6 +26,7 @@ from blindheads.evaluation.tags import (
 )
 from blindheads.experiments.comparisons import write_comparisons
 from blindheads.experiments.findings import write_findings
+from blindheads.experiments.retrieval_comparisons import write_retrieval
 from blindheads.experiments.runner import provenance, write_json
 
 COLUMNS = {  # summary column -> test metric
@@ -374,6 +375,7 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
     table = by_setup(runs)
     heads = per_head_underflow(records)
     runs.to_csv(out / "runs.csv", index=False)
+    write_retrieval(out, runs)  # where the runs measured passkey and needle: paired against ALiBi, beside the paper
     table.to_csv(out / "summary.csv")
     (out / "summary.md").write_text(markdown(table))
     if not heads.empty:

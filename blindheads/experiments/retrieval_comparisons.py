@@ -1,0 +1,89 @@
+"""Passkey and needle AUCs of a grid's setups, seed by seed, against ALiBi and beside the paper's figures.
+
+Each run's test reports four AUCs (exact answers over the tested lengths and depths, in and beyond the training
+length). A setup is compared with ALiBi seed by seed (a seed fixes initialisation and data order): the mean of the
+per-seed differences, its 95% Student-t interval over seeds (the AUCs are already means over many prompts; the seeds'
+spread is the noise), the wins and losses, the exact sign-flip p-value, and the verdict rule of ``comparisons.py``:
+``higher`` (``lower``) where the interval lies above (below) 0 and the setup wins (loses) in more than half the seeds.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from blindheads.experiments.comparisons import NO_DIFFERENCE, REFERENCE, sign_flip_p, t_quantile
+
+METRICS = ("passkey_auc_in", "passkey_auc_out", "needle_auc_in", "needle_auc_out")
+# The paper's figures (arXiv:2608.03994, 148M models at 2,048 tokens) for the setups it reports them for
+PAPER = {
+    ("alibi", "passkey_auc_out"): 0.08,
+    ("log_distance", "passkey_auc_out"): 0.77,
+    ("clamp_log_distance", "passkey_auc_out"): 0.79,
+    ("alibi", "needle_auc_out"): 0.20,
+    ("log_distance", "needle_auc_out"): 0.03,
+    ("safe", "needle_auc_out"): 0.02,
+    ("alibi", "needle_auc_in"): 0.68,
+    ("safe", "needle_auc_in"): 0.48,
+}
+
+
+def paired(runs: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+    """Per setup other than ``reference`` and metric: seeds, means, the paired difference with its interval,
+    wins/losses, p-value, verdict; and each setup's own mean beside the paper's figure."""
+    rows = []
+    ref = runs[runs["setup"] == reference].set_index("seed")
+    for setup, frame in runs.groupby("setup", sort=False):
+        mine = frame.set_index("seed")
+        for metric in METRICS:
+            row = {"setup": setup, "metric": metric, "seeds": int(mine[metric].notna().sum()),
+                   "mean": mine[metric].mean(), "paper": PAPER.get((setup, metric))}  # fmt: skip
+            if setup != reference and not ref.empty:
+                both = mine[[metric]].join(ref[[metric]].add_suffix("_ref"), how="inner").dropna()
+                difference = (both[metric] - both[f"{metric}_ref"]).to_numpy()
+                row.update(_difference(difference))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _difference(difference: np.ndarray) -> dict:
+    n = len(difference)
+    mean = float(difference.mean()) if n else math.nan
+    low = high = math.nan
+    if n > 1:
+        half = t_quantile(0.975, n - 1) * difference.std(ddof=1) / math.sqrt(n)
+        low, high = mean - half, mean + half
+    wins, losses = int((difference > 0).sum()), int((difference < 0).sum())
+    verdict = NO_DIFFERENCE
+    if low > 0 and wins > n / 2:
+        verdict = "higher"
+    elif high < 0 and losses > n / 2:
+        verdict = "lower"
+    return {"paired_seeds": n, f"minus_{REFERENCE}": mean, "low": low, "high": high, "wins": wins,
+            "losses": losses, "p": sign_flip_p(difference) if n else math.nan, "verdict": verdict}  # fmt: skip
+
+
+def write_retrieval(out: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
+    """``retrieval.csv`` and ``retrieval.md`` where the runs measured passkey and needle AUCs; else None."""
+    if not set(METRICS) <= set(runs.columns) or runs[list(METRICS)].isna().all().all():
+        return None
+    table = paired(runs)
+    table.to_csv(out / "retrieval.csv", index=False)
+    lines = [
+        f"| setup | metric | seeds | mean | paper | minus {REFERENCE} [95% interval] | wins/losses | p | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in table.itertuples(index=False):
+        d = row._asdict()
+        vs = (f"{d[f'minus_{REFERENCE}']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
+              if d.get(f"minus_{REFERENCE}") is not None and not pd.isna(d.get(f"minus_{REFERENCE}")) else "")  # fmt: skip
+        wins = f"{d['wins']:.0f}/{d['losses']:.0f}" if vs else ""
+        p = f"{d['p']:.3g}" if vs else ""
+        paper = "" if d["paper"] is None or pd.isna(d["paper"]) else f"{d['paper']:.2f}"
+        lines.append(f"| {d['setup']} | {d['metric']} | {d['seeds']} | {d['mean']:.2f} | {paper} | {vs} | {wins} | {p} "
+                     f"| {d.get('verdict') if vs else ''} |")  # fmt: skip
+    (out / "retrieval.md").write_text("\n".join(lines) + "\n")
+    return table
