@@ -12,7 +12,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "blindheads"
 
 # Lowest first. A part is a top-level module or a subpackage of blindheads.
 FLOORS = [
-    {"blindheads", "atomic", "arguments", "numerics", "prompt_texts"},  # nothing of the project below them
+    {
+        "blindheads",
+        "atomic",
+        "arguments",
+        "numerics",
+        "prompt_texts",
+        "prompt_layout",
+    },  # nothing of the project below them
     {"locks", "modules"},
     {"blindness"},
     {"datamodules"},

@@ -113,7 +113,11 @@ def test_every_argument_is_checked_before_anything_runs(tmp_path):
         ): "unknown arms ['lion']; valid: adam, adam_tiny_eps, float64, float64_tiny_eps, sgd, decoder",
         ("conjecture", "--biases", "-3"): "bias '-3' must be >= 0",
         ("conjecture", "--biases", "huge"): "unknown bias 'huge'; valid: a number >= 0, tau, masked",
-        ("conjecture", "--steps", "0"): "--steps, --decoder-pretrain, --decoder-steps and --every must be >= 1, got 0",
+        (
+            "conjecture",
+            "--steps",
+            "0",
+        ): "--steps, --decoder-pretrain, --decoder-steps, --every and --decoder-every must be >= 1, got 0",
     }
     for (program, *options), line in refused.items():
         assert refusal([program, "--runs", str(runs), "--out", str(tmp_path / "out"), *options]).startswith(

@@ -100,7 +100,7 @@ def test_a_sequence_is_the_evaluation_prompt_of_its_length(cache_dir, files, mon
         length = rng.randint(writer.shortest, 255)
         tokens = [tokenizer.eos_token_id, *writer.sequence(rng, length, lambda n: [], 256)]
         key = tokenizer.decode(tokens).split()[-1]
-        monkeypatch.setattr(prompts, "random_digits", lambda rng, digits, key=key: key)
+        monkeypatch.setattr(prompts, "evaluation_digits", lambda rng, digits, key=key: key)
         evaluated = {tuple(s.tokens.tolist()) for s in prompts.passkey_samples(tokenizer, [length + 1], depths, 1)}
         assert tuple(tokens) in evaluated, tokenizer.decode(tokens)
 

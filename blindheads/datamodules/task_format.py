@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from blindheads.evaluation.prompts import PromptBuilder, random_digits
+from blindheads.prompt_layout import PromptBuilder, random_digits
 from blindheads.prompt_texts import (
     NEEDLE,
     NEEDLE_KEY_WORDS,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
+from blindheads.prompt_layout import PromptBuilder, random_digits
 from blindheads.prompt_texts import (
     NEEDLE,
     NEEDLE_KEY_WORDS,
@@ -45,49 +45,6 @@ class RetrievalSample:
 def sample_rng(seed: int, length: int, depth: float, index: int) -> random.Random:
     """A generator that depends only on its arguments (string seeds are hashed with SHA-512, not salted)."""
     return random.Random(f"{seed}/{length}/{depth:.6f}/{index}")
-
-
-class PromptBuilder:
-    """Token pieces of one tokenizer, encoded without special tokens."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.eos = tokenizer.eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False).input_ids
-
-    def assemble(
-        self,
-        length: int,
-        head: list[int],
-        haystack: list[int],
-        needles: list[tuple[float, list[int]]],
-        tail: list[int],
-        answer: list[int],
-        boundary: int = 1,
-    ) -> tuple[Tensor, int]:
-        """``[EOS] head haystack-with-needles tail answer`` of exactly ``length`` tokens. Each needle goes at its
-        depth (a fraction of the haystack), moved back to a multiple of ``boundary`` tokens (a filler sentence)."""
-        fixed = 1 + len(head) + sum(len(n) for _, n in needles) + len(tail) + len(answer)
-        room = length - fixed
-        if room < 0:
-            raise ValueError(f"a prompt of {length} tokens is too short: its fixed parts alone take {fixed} tokens")
-        if len(haystack) < room:
-            raise ValueError(f"the haystack has {len(haystack)} tokens, {room} are needed for length {length}")
-        body = list(haystack[:room])
-        for depth, needle in sorted(needles, key=lambda item: -item[0]):  # deepest first keeps earlier offsets valid
-            at = int(depth * room) // boundary * boundary
-            body[at:at] = needle
-        tokens = [self.eos, *head, *body, *tail, *answer]
-        return torch.tensor(tokens, dtype=torch.long), length - len(answer)
-
-
-def random_digits(rng: random.Random, digits: int) -> str:
-    """A number of exactly ``digits`` digits (no leading zero)."""
-    if digits < 1:
-        raise ValueError(f"digits must be >= 1, got {digits}")
-    return str(rng.randint(10 ** (digits - 1), 10**digits - 1))
 
 
 def evaluation_digits(rng: random.Random, digits: int) -> str:
