@@ -172,22 +172,22 @@ class EpisodeWriter:
         window index, is unused: these episodes stay the same over training (``task_format.py``'s ramp up)."""
         rng = random.Random(hashlib.sha256(f"{self.mix.seed}/{epoch}/{text}".encode()).hexdigest())
         tokens = self.filler(tokens)
-        window, out, taken, cursor = self.seq_len, [], 0, window_offset
+        size, out, taken, cursor = self.seq_len, [], 0, window_offset
         while taken < len(tokens):
             self.statistics["windows"] += 1
             if rng.random() < self.mix.rate:
                 self.statistics["drawn"] += 1
                 template, facts, recalls, gap = self.episode(rng)
-                if cursor <= window - len(template):
-                    lead = rng.randint(cursor, window - len(template)) - cursor  # text before it in this window
+                if cursor <= size - len(template):
+                    lead = rng.randint(cursor, size - len(template)) - cursor  # text before it in this window
                     if taken + lead + gap <= len(tokens):
                         self._count(facts, recalls, gap)
                         out += [tokens[taken : taken + lead], np.asarray(facts, dtype=np.int64)]
                         out += [tokens[taken + lead : taken + lead + gap], np.asarray(template[len(facts) + gap :])]
                         taken, cursor = taken + lead + gap, cursor + lead + len(template)
-            rest = min(window - cursor, len(tokens) - taken)  # the window's remaining text
+            rest = min(size - cursor, len(tokens) - taken)  # the window's remaining text
             out.append(tokens[taken : taken + rest])
-            taken, cursor = taken + rest, (cursor + rest) % window
+            taken, cursor = taken + rest, (cursor + rest) % size
         return np.concatenate(out).astype(np.int64) if out else tokens
 
     def _count(self, facts: list[int], recalls: list, gap: int) -> None:
