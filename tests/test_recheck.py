@@ -11,9 +11,11 @@ import torch
 import yaml
 from helpers import builtin_data
 from torch import nn
-from training_runs import refusal, run_cli
+from training_runs import TINY_TESTED_RUN, refusal, run_cli
 
-from blindheads.cli.recheck import run_config, within
+from blindheads.callbacks.episode_recall import EpisodeRecall
+from blindheads.cli.recheck import within
+from blindheads.cli.tested_run import run_config
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.evaluation.greedy import greedy_samples, matches
 from blindheads.evaluation.recall import recall_samples
@@ -106,32 +108,8 @@ trainer:
       init_args: {every_n_train_steps: 2, save_last: true, save_top_k: 0}
     - class_path: blindheads.callbacks.episode_recall.EpisodeRecall
       init_args: {every_n_steps: null, gaps: [], distances: [0.5, 2.0], samples: 8}
-"""
-TINY = """
-seed_everything: 3
-model:
-  decoder: {size: tiny, position: alibi, attention: sdpa, dtype: float32, threshold: normal}
-  warmup_steps: 1
 data:
-  source: builtin
-  tokenizer: builtin
-  seq_len: 64
-  batch_size: 2
-  num_workers: 0
-  val_windows: 2
   retrieval_mix: {rate: 1.0, facts: 1, value_digits: [1, 1], min_gap: 4, max_gap: 16}
-trainer:
-  accelerator: cpu
-  devices: 1
-  precision: 32-true
-  max_steps: 2
-  val_check_interval: 2
-  check_val_every_n_epoch: null
-  enable_progress_bar: false
-  enable_model_summary: false
-  logger:
-    class_path: lightning.pytorch.loggers.TensorBoardLogger
-    init_args: {name: alibi, version: seed3}
 """
 
 
@@ -140,7 +118,7 @@ def tested_run(tmp_path_factory, cache_dir):
     """A tiny run as the grid makes one (RUNS/SETUP/seedS): a 2-step fit, then test with EpisodeRecall at 0.5x and
     2x the 64-token window, 8 episodes each. Its own config file, apart from configs/ (which the runs do not test)."""
     root = tmp_path_factory.mktemp("recheck")
-    (root / "tiny.yaml").write_text(TINY)
+    (root / "tiny.yaml").write_text(TINY_TESTED_RUN)
     (root / "recall.yaml").write_text(RECALL)
     options = ["--config", str(root / "tiny.yaml"), "--config", str(root / "recall.yaml"), "--data.cache_dir",
                str(cache_dir), "--trainer.logger.init_args.save_dir", str(root / "runs")]  # fmt: skip
@@ -156,13 +134,13 @@ def test_the_config_keeps_only_episode_recall_whichever_way_the_run_chose_its_ca
     run = tmp_path / "alibi" / "seed0"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(RECALL + "ckpt_path: null\n")
-    config, device = run_config(run)
+    config, device = run_config(run, (EpisodeRecall,))
     assert device == "cpu" or torch.cuda.is_available(), "no accelerator named: cuda where there is one"
     assert [c["class_path"].rpartition(".")[2] for c in config["trainer"]["callbacks"]] == ["EpisodeRecall"]
     assert config["trainer"]["logger"] is False and "ckpt_path" not in config
     used = {"use": ["checkpoint", "underflow", "recall"], "recall": {"distances": [0.5, 8.0]}}
     (run / "config.test.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": []}, "callbacks": used}))
-    config, _ = run_config(run, "cpu")  # the test's record first: what made results.json
+    config, _ = run_config(run, (EpisodeRecall,), "cpu")  # the test's record first: what made results.json
     assert config["callbacks"]["use"] == ["recall"] and config["trainer"]["callbacks"] == []
 
 
@@ -198,7 +176,7 @@ def test_a_tested_run_is_rechecked_on_fresh_episodes_point_by_point(tested_run, 
         (lambda run: None, "does not exist"),
         (lambda run: run.mkdir(), "has no config.yaml: not a blindheads run directory"),
         (lambda run: (run.mkdir(), (run / "config.yaml").write_text("trainer:\n  callbacks: []\n")),
-         "configures 0 EpisodeRecall callbacks; recheck needs one"),
+         "configures no EpisodeRecall callback"),
         (lambda run: (run.mkdir(), (run / "config.yaml").write_text(RECALL)), "has no results.json: test the run"),
         (lambda run: (run.mkdir(), (run / "config.yaml").write_text(RECALL), (run / "results.json").write_text("{}"),
                       (run / "checkpoints").mkdir(), (run / "checkpoints/last.ckpt").write_text("not a checkpoint")),

@@ -33,6 +33,35 @@ callbacks:
 """
 
 
+# A tiny run as the grid makes one (RUNS/alibi/seed3): 2 steps on the builtin corpus, 64-token windows; a test adds
+# its callbacks (and data options) in a second config file.
+TINY_TESTED_RUN = """
+seed_everything: 3
+model:
+  decoder: {size: tiny, position: alibi, attention: sdpa, dtype: float32, threshold: normal}
+  warmup_steps: 1
+data:
+  source: builtin
+  tokenizer: builtin
+  seq_len: 64
+  batch_size: 2
+  num_workers: 0
+  val_windows: 2
+trainer:
+  accelerator: cpu
+  devices: 1
+  precision: 32-true
+  max_steps: 2
+  val_check_interval: 2
+  check_val_every_n_epoch: null
+  enable_progress_bar: false
+  enable_model_summary: false
+  logger:
+    class_path: lightning.pytorch.loggers.TensorBoardLogger
+    init_args: {name: alibi, version: seed3}
+"""
+
+
 def tiny_run_args(run_dir: Path, cache_dir: Path, evaluations: bool = False, **overrides) -> list[str]:
     """A tiny fit on the builtin corpus: 4-window batches of 64 tokens, checkpoints every 5 steps, and with
     ``evaluations`` the underflow, retrieval and extrapolation callbacks every 10 steps."""

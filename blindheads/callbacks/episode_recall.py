@@ -6,21 +6,21 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import partial
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import lightning as L
 import torch
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
-from blindheads.evaluation.answer_paths import AnswerPaths, answer_paths
+from blindheads.evaluation.answer_paths import AnswerPaths
 from blindheads.evaluation.attribution import (
     CARRIES,
     NEAR_BLIND,
     ablation_costs,
     capped_bias,
     carrier_classes,
-    length_batches,
+    episode_paths,
     recall,
 )
 from blindheads.evaluation.contexts import evaluating
@@ -157,7 +157,7 @@ class EpisodeRecall(PeriodicEvaluation):
                 samples = [e.sample for e in episodes]
                 scores = score_samples(decoder, trainer.datamodule.tokenizer, samples, self.batch_size)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
                 exact = torch.tensor([s.exact for s in scores])
-                paths = self._answer_paths(decoder, episodes, pl_module.device, autocast_dtype(trainer))
+                paths = episode_paths(decoder, episodes, self.batch_size, autocast_dtype(trainer))
                 measured[name] = Measured(episodes, exact, paths)
                 tag = partial(recall_tag, name, prefix=prefix)
                 length = max(s.length for s in samples)
@@ -211,18 +211,3 @@ class EpisodeRecall(PeriodicEvaluation):
                     capped = recall(decoder, tokenizer, point.episodes, self.batch_size)
                 scalars[recall_tag(name, "exact_capped", prefix)] = capped.float().mean().item()
         return scalars
-
-    def _answer_paths(self, decoder, episodes: list[Episode], device, dtype: torch.dtype) -> AnswerPaths:
-        """The answer paths of every episode, in the episodes' order (batched by length): from the query that
-        predicts the answer's first content token to the fact's."""
-        weights: list[torch.Tensor | None] = [None] * len(episodes)
-        reachable: list[torch.Tensor | None] = [None] * len(episodes)
-        for batch in length_batches(episodes, self.batch_size):
-            tokens = torch.stack([episodes[i].sample.tokens for i in batch]).to(device)
-            queries = torch.tensor([episodes[i].answer - 1 for i in batch], device=device)
-            facts = torch.tensor([episodes[i].fact for i in batch], device=device)
-            paths = answer_paths(decoder, tokens, queries, facts, dtype)
-            for row, i in enumerate(batch):
-                weights[i], reachable[i] = paths.weights[row], paths.reachable[row]
-        filled = cast(list[torch.Tensor], weights), cast(list[torch.Tensor], reachable)  # each episode in one batch
-        return AnswerPaths(torch.stack(filled[0]), torch.stack(filled[1]))

@@ -82,7 +82,7 @@ def underflow_charts(trainer: L.Trainer, pl_module: DecoderLM, monitor: Underflo
     per head its measured blind distance beside the predicted ones, in separate charts. A head is measured blind only
     within the longest length: heads predicted blind beyond it share one chart of predictions."""
     base = training_length(trainer, pl_module)
-    longest = max(scaled_lengths(trainer, pl_module, monitor.length_factors))
+    longest = max(scaled_lengths(base, monitor.length_factors))
     at = length_label(longest, base)
     config = pl_module.decoder.config
     assert config.num_layers is not None  # DecoderConfig fills its shape

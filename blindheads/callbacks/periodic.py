@@ -54,9 +54,8 @@ def training_length(trainer: L.Trainer, pl_module: DecoderLM) -> int:
     return length
 
 
-def scaled_lengths(trainer: L.Trainer, pl_module: DecoderLM, factors: list[float]) -> list[int]:
-    """The evaluation lengths ``factors`` x the training length, rounded, distinct, ascending."""
-    base = training_length(trainer, pl_module)
+def scaled_lengths(base: int, factors: list[float]) -> list[int]:
+    """The evaluation lengths ``factors`` x the training length ``base``, rounded, distinct, ascending."""
     return sorted({round(f * base) for f in factors})
 
 

@@ -56,11 +56,16 @@ class RetrievalEval(PeriodicEvaluation):
         self.last: GridSummary | None = None
 
     def lengths(self, trainer: L.Trainer, pl_module: DecoderLM) -> list[int]:
+        return self.lengths_for(training_length(trainer, pl_module))
+
+    def lengths_for(self, training_length: int) -> list[int]:
+        """The prompt lengths: ``lengths``, else ``length_factors`` x ``training_length``."""
         if self.explicit_lengths:
             return sorted(self.explicit_lengths)
-        return scaled_lengths(trainer, pl_module, self.length_factors)
+        return scaled_lengths(training_length, self.length_factors)
 
-    def build_samples(self, trainer: L.Trainer, pl_module: DecoderLM) -> list[RetrievalSample]:
+    def prompts(self, data, lengths: list[int]) -> list[RetrievalSample]:
+        """The task's prompts at ``lengths``, with the data module's tokenizer (and held-out text)."""
         raise NotImplementedError
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -73,7 +78,7 @@ class RetrievalEval(PeriodicEvaluation):
 
     def samples_for(self, trainer, pl_module) -> list[RetrievalSample]:
         if self._samples is None:
-            self._samples = self.build_samples(trainer, pl_module)
+            self._samples = self.prompts(trainer.datamodule, self.lengths(trainer, pl_module))
         return self._samples
 
     def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> GridSummary:
@@ -111,10 +116,8 @@ class PasskeyEval(RetrievalEval):
 
     task = "passkey"
 
-    def build_samples(self, trainer, pl_module):
-        lengths = self.lengths(trainer, pl_module)
-        tokenizer, digits = trainer.datamodule.tokenizer, self.digits or 5
-        return passkey_samples(tokenizer, lengths, self.depths, self.samples, self.seed, digits)
+    def prompts(self, data, lengths):
+        return passkey_samples(data.tokenizer, lengths, self.depths, self.samples, self.seed, self.digits or 5)
 
 
 class NeedleEval(RetrievalEval):
@@ -126,11 +129,10 @@ class NeedleEval(RetrievalEval):
         super().__init__(*args, **kwargs)
         self.distractors = distractors
 
-    def build_samples(self, trainer, pl_module):
-        lengths = self.lengths(trainer, pl_module)
-        haystack = trainer.datamodule.heldout_tokens(4 * max(lengths)).tolist()
+    def prompts(self, data, lengths):
+        haystack = data.heldout_tokens(4 * max(lengths)).tolist()
         return needle_samples(
-            trainer.datamodule.tokenizer,
+            data.tokenizer,
             haystack,
             lengths,
             self.depths,

@@ -63,7 +63,7 @@ class UnderflowMonitor(PeriodicEvaluation):
         with evaluating(pl_module):
             self.statistics = {
                 length: self._statistics(trainer, pl_module, length, dtype)
-                for length in scaled_lengths(trainer, pl_module, self.length_factors)
+                for length in scaled_lengths(training_length(trainer, pl_module), self.length_factors)
             }
         return self._log(trainer, pl_module, training_length(trainer, pl_module), dtype, prefix)
 

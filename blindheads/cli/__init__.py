@@ -61,6 +61,12 @@ def _recheck(argv: list[str]) -> None:
     recheck_main(argv)
 
 
+def _retrieval_heads(argv: list[str]) -> None:
+    from blindheads.cli.retrieval_heads import main as retrieval_heads_main
+
+    retrieval_heads_main(argv)
+
+
 COMMANDS = {
     "blindness": blindness.main,
     "probe": _probe,
@@ -70,6 +76,7 @@ COMMANDS = {
     "conjecture": _conjecture,
     "conjecture-arm": _conjecture_arm,
     "recheck": _recheck,
+    "retrieval-heads": _retrieval_heads,
     **{name: _lightning(name) for name in ("fit", "validate", "test")},
 }
 SUMMARIES = {
@@ -84,6 +91,7 @@ SUMMARIES = {
     "conjecture": "where does learning through a small attention weight stop? a dose-response curve, bare head and decoder",
     "conjecture-arm": "one run of blindheads conjecture (the driver starts it)",
     "recheck": "a tested run's recall re-evaluated: greedy decoding on fresh episodes vs the committed numbers",
+    "retrieval-heads": "which heads of tested runs retrieve passkey and needle, and do they fail where those go blind",
 }
 USAGE = "usage: blindheads {" + ",".join(COMMANDS) + "} [options]   (blindheads COMMAND --help for its options)"
 

@@ -19,127 +19,38 @@ from __future__ import annotations
 import argparse
 import math
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 import torch
-import yaml
-from lightning.pytorch.plugins.precision import Precision
 
 from blindheads import atomic
 from blindheads.arguments import Parser
 from blindheads.callbacks.episode_recall import EpisodeRecall
-from blindheads.checkpoints import checkpoint_decoder, load_checkpoint
-from blindheads.cli.callback_set import KINDS
-from blindheads.cli.lightning import build_cli
-from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.cli.tested_run import Loaded, load_run
 from blindheads.evaluation.greedy import greedy_samples
 from blindheads.evaluation.recall import Episode
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.tags import recall_tag
-from blindheads.experiments.loop import done_record
-from blindheads.experiments.runner import provenance
+from blindheads.experiments.runner import provenance, provenance_lines
 
 OFFSET = 1000  # fresh episode seed = the run's + OFFSET
 Z = 1.96  # two-sided 95%
-CHECKPOINT = "checkpoints/last.ckpt"
-CONFIGS = ("config.test.yaml", "config.yaml")  # what the test that wrote results.json ran with; the fit's
-NOT_RUN_OPTIONS = ("ckpt_path", "weights_only", "verbose")  # the subcommand's own options, not the run's
 
 
-@dataclass
-class Loaded:
-    """A tested run, rebuilt: its decoder (from the checkpoint), data module and EpisodeRecall (from its config),
-    the trainer's precision plugin (the forward context the run evaluated in), and its test results."""
-
-    run_dir: Path
-    decoder: torch.nn.Module
-    data: FineWebEdu
-    recall: EpisodeRecall
-    precision: Precision
-    results: dict
-    step: int
-
-
-def run_config(run_dir: Path, device: str | None = None) -> tuple[dict, str]:
-    """The run's config as options for a CLI that only builds: the record of the test that wrote results.json
-    (``config.test.yaml``), else of the fit (``config.yaml``; a grid tests with the fit's options), with the
-    subcommand's own options (``ckpt_path``) dropped, no logger (nothing written), one device, and of the callbacks
-    only EpisodeRecall; and the device: ``device``, else the run's (``cpu`` for a CPU run, else ``cuda`` where there
-    is one), so a CPU run is re-evaluated with the CPU's arithmetic."""
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} has no config.yaml: not a blindheads run directory")
-    path = next(p for p in (run_dir / name for name in CONFIGS) if p.is_file())
-    try:
-        config = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path} is not valid YAML ({str(error).splitlines()[0]})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("trainer"), dict):
-        raise ValueError(f"{path} holds no trainer options: not a blindheads run config")
-    for key in NOT_RUN_OPTIONS:
-        config.pop(key, None)
-    trainer = config["trainer"]
-    listed = trainer.get("callbacks") or []
-    listed = [c for c in (listed if isinstance(listed, list) else [listed]) if _is_recall(c)]
-    chosen = config.get("callbacks")  # the callback set (``callbacks: use: [recall]``), in configs that have one
-    used = [n for n in chosen.get("use") or [] if n in _recall_names()] if isinstance(chosen, dict) else []
-    if len(listed) + len(used) != 1:
-        raise ValueError(f"{path} configures {len(listed) + len(used)} EpisodeRecall callbacks; recheck needs one")
-    if isinstance(chosen, dict):
-        chosen["use"] = used
-    if device is None:
-        device = "cuda" if trainer.get("accelerator") != "cpu" and torch.cuda.is_available() else "cpu"
-    trainer.update(callbacks=listed, logger=False, enable_checkpointing=False, devices=1, num_nodes=1,
-                   strategy="auto", accelerator="cpu" if device == "cpu" else "gpu")  # fmt: skip
-    return config, device
-
-
-def _is_recall(callback) -> bool:
-    """A ``trainer.callbacks`` entry that is an EpisodeRecall."""
-    return isinstance(callback, dict) and str(callback.get("class_path", "")).rpartition(".")[2] == "EpisodeRecall"
-
-
-def _recall_names() -> set[str]:
-    """The callback set's names for EpisodeRecall (``recall``)."""
-    return {name for name, kind in KINDS.items() if kind is EpisodeRecall}
-
-
-def load_run(run_dir: str | Path, device: str | None = None) -> Loaded:
-    """The run rebuilt (see ``Loaded``); a directory that is no tested run is refused in one line."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run directory {run_dir} does not exist")
-    config, device = run_config(run_dir, device)
-    results = done_record(run_dir)  # the grid's record of the test, else the test's results.json
-    if results is None:
-        raise FileNotFoundError(f"{run_dir} has no results.json: test the run first (blindheads test --ckpt_path last)")
-    checkpoint = load_checkpoint(run_dir / CHECKPOINT)  # read_checkpoint: tensors and plain data only
-    step = checkpoint.get("global_step", -1)
-    if results.get("global_step") not in (None, step):
-        raise ValueError(f"{run_dir}: results.json is of step {results['global_step']}, {CHECKPOINT} of step {step}: "
-                         "the committed recall is another checkpoint's")  # fmt: skip
-    try:
-        with warnings.catch_warnings():  # LightningCLI's advice against options both given and on sys.argv
-            warnings.filterwarnings("ignore", message=r".*args parameter is intended to run from within Python")
-            cli = build_cli(config, run=False)  # the data module and EpisodeRecall as the run's config makes them
-    except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"{run_dir}: its config does not rebuild: {first}") from None
-    (recall,) = [c for c in cli.trainer.callbacks if isinstance(c, EpisodeRecall)]  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
-    data = cli.datamodule
-    data.prepare_data()
-    data.setup("test")
-    precision = cli.trainer.precision_plugin
-    decoder = precision.convert_module(checkpoint_decoder(checkpoint)).to(device).eval()
-    return Loaded(run_dir, decoder, data, recall, precision, results, step)
+def recall_of(loaded: Loaded) -> EpisodeRecall:
+    """The run's one EpisodeRecall (refused if its config has several)."""
+    if len(loaded.callbacks) != 1:
+        count = len(loaded.callbacks)
+        raise ValueError(f"{loaded.run_dir} configures {count} EpisodeRecall callbacks; recheck needs one")
+    return cast(EpisodeRecall, loaded.callbacks[0])
 
 
 def draw(loaded: Loaded, seed: int) -> tuple[dict[str, list[Episode]], dict[str, str]]:
     """The episodes of every recall point of the run, drawn by ``seed`` exactly as its EpisodeRecall draws them,
     and each point's episode set (sha256 of the token ids)."""
-    run = loaded.recall
+    run = recall_of(loaded)
     recall = EpisodeRecall(every_n_steps=None, gaps=run.gaps, distances=run.distances, samples=run.samples,
                            batch_size=run.batch_size, seed=seed)  # fmt: skip
     sets = recall.draw(loaded.data, seed)
@@ -159,7 +70,7 @@ def recheck_run(run_dir: str | Path, offset: int = OFFSET, device: str | None = 
     """One row per recall point of the run (see the module docstring)."""
     if offset == 0:
         raise ValueError("--seed_offset 0 would redraw the run's own episodes; give another")
-    loaded = load_run(run_dir, device)
+    loaded = load_run(run_dir, (EpisodeRecall,), device)
     run_dir, results = loaded.run_dir, loaded.results
     metrics = results.get("metrics") or {}
     run_seed = results.get("episode_seed")
@@ -169,7 +80,7 @@ def recheck_run(run_dir: str | Path, offset: int = OFFSET, device: str | None = 
     run_sets = results.get("episode_sets") or {}
     _, rebuilt_sets = draw(loaded, run_seed)
     episodes, fresh_sets = draw(loaded, fresh_seed)
-    tokenizer, batch = loaded.data.tokenizer, batch_size or loaded.recall.batch_size
+    tokenizer, batch = loaded.data.tokenizer, batch_size or recall_of(loaded).batch_size
     rows = []
     for name, drawn in episodes.items():
         tag = recall_tag(name, "exact", "test/")
@@ -200,12 +111,10 @@ def recheck_run(run_dir: str | Path, offset: int = OFFSET, device: str | None = 
 
 def markdown(table: pd.DataFrame, record: dict) -> str:
     """The short table, under the command, seeds and versions that made it."""
-    versions = ", ".join(f"{name} {v}" for name, v in record["versions"].items())
     lines = [
         "# Recall rechecked: greedy decoding on fresh episodes vs the committed teacher-forced recall",
         "",
-        f"- command: `{record['command']}`",
-        f"- date: {record['date']}; {record['wall_s']} s; {record['machine']}; python {record['python']}; {versions}",
+        *provenance_lines(record),
         "- episode seeds (run -> fresh): "
         + ", ".join(
             f"{r.setup}/{r.seed} {r.run_episode_seed} -> {r.fresh_episode_seed}"

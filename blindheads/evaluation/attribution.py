@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from typing import cast
 
 import torch
 from torch import Tensor
 
+from blindheads.evaluation.answer_paths import AnswerPaths, answer_paths
 from blindheads.evaluation.recall import Episode
 from blindheads.evaluation.scoring import score_samples
 
@@ -36,6 +38,23 @@ def length_batches(episodes: Sequence[Episode], batch_size: int) -> Iterator[lis
     for indices in by_length.values():
         for start in range(0, len(indices), batch_size):
             yield indices[start : start + batch_size]
+
+
+def episode_paths(decoder, episodes: Sequence[Episode], batch_size: int, dtype: torch.dtype) -> AnswerPaths:
+    """The answer paths of every episode, in the episodes' order (batched by length): from the query that predicts
+    the answer's first content token to the fact's, the softmax in ``dtype``."""
+    device = next(decoder.parameters()).device
+    weights: list[Tensor | None] = [None] * len(episodes)
+    reachable: list[Tensor | None] = [None] * len(episodes)
+    for batch in length_batches(episodes, batch_size):
+        tokens = torch.stack([episodes[i].sample.tokens for i in batch]).to(device)
+        queries = torch.tensor([episodes[i].answer - 1 for i in batch], device=device)
+        facts = torch.tensor([episodes[i].fact for i in batch], device=device)
+        paths = answer_paths(decoder, tokens, queries, facts, dtype)
+        for row, i in enumerate(batch):
+            weights[i], reachable[i] = paths.weights[row], paths.reachable[row]
+    filled = cast(list[Tensor], weights), cast(list[Tensor], reachable)  # each episode in one batch
+    return AnswerPaths(torch.stack(filled[0]), torch.stack(filled[1]))
 
 
 @contextmanager

@@ -81,19 +81,31 @@ def recall_samples(
         offset = rng.randrange(max(1, len(haystack) - lead - episode_gap))
         text = haystack[offset : offset + lead + episode_gap]
         tokens = [eos, *text[:lead], *facts, *text[lead:], *prefix, *value]
-        answer_start, blank = total - len(value), blank_lead(writer, value)
+        answer_start, blank = total - len(value), blank_lead(writer.tokenizer, value)
         answer = writer.tokenizer.decode(value).strip()
         sample = RetrievalSample(total, 0.0, index, torch.tensor(tokens), answer_start, answer)
         out.append(Episode(sample, 1 + lead + fact_in_facts + blank, answer_start + blank))
     return out
 
 
-def blank_lead(writer: EpisodeWriter, value: list[int]) -> int:
+def blank_lead(tokenizer, value: list[int]) -> int:
     """How many of ``value``'s first tokens are only whitespace (a space the tokenizer keeps apart from a digit)."""
     blank = 0
-    while blank < len(value) - 1 and not writer.tokenizer.decode(value[: blank + 1]).strip():
+    while blank < len(value) - 1 and not tokenizer.decode(value[: blank + 1]).strip():
         blank += 1
     return blank
+
+
+def retrieval_episode(tokenizer, sample: RetrievalSample) -> Episode:
+    """A passkey or needle prompt as an episode: its fact is the last copy of the answer in the context (the
+    passkey's needle holds the key twice; the nearer copy is the one a head goes blind to last)."""
+    value = sample.answer_tokens.tolist()
+    context = sample.tokens[: sample.answer_start].tolist()
+    starts = [i for i in range(len(context) - len(value) + 1) if context[i : i + len(value)] == value]
+    if not starts:
+        raise ValueError(f"the answer {sample.answer!r} is not in its prompt's context")
+    blank = blank_lead(tokenizer, value)
+    return Episode(sample, starts[-1] + blank, sample.answer_start + blank)
 
 
 def episode_set(episodes: list[Episode]) -> str:

@@ -371,6 +371,15 @@ def read_json(path: Path):
                          "again") from None  # fmt: skip
 
 
+def provenance_lines(record: dict) -> list[str]:
+    """A results table's first lines: the command that wrote it, then when, how long, where and with what."""
+    versions = ", ".join(f"{name} {v}" for name, v in record["versions"].items())
+    return [
+        f"- command: `{record['command']}`",
+        f"- date: {record['date']}; {record['wall_s']} s; {record['machine']}; python {record['python']}; {versions}",
+    ]
+
+
 def provenance(command: str, wall_s: float, seeds: list[int]) -> dict:
     """What a results file records beside its numbers: the command, when, how long, the seeds, the machine and the
     versions of the packages that decide the numbers."""
