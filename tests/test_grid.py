@@ -48,11 +48,16 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     results = json.loads((out / "results.json").read_text())
     assert results["seeds"] == [0] and results["versions"]["torch"] and len(results["runs"]) == 2
     assert {r["setup"]: r["global_step"] for r in results["runs"]} == {"alibi": 3, "nope": 3}
+    assert results["remaining"] == [] and "runs done" not in (out / "summary.md").read_text()
 
     assert json.loads((tmp_path / "runs/alibi/seed0/done.json").read_text()) == results["runs"][0]
     assert json.loads((out / "records/alibi-seed-0.json").read_text())["record"] == results["runs"][0]
     for marker in ("runs/nope/seed0/done.json", "runs/nope/seed0/results.json", "grid/records/nope-seed-0.json"):
         (tmp_path / marker).unlink()  # as if killed before nope's test ended
+    part = command.index("--")
+    main([*command[:part], "--hours", "1e-9", *command[part:]])  # a part too short to start a run
+    assert json.loads((out / "results.json").read_text())["remaining"] == ["nope seed 0"]
+    assert "1 of 2 runs done; the same command runs the rest: nope seed 0." in (out / "summary.md").read_text()
     fit_log = tmp_path / "runs/alibi/seed0.fit.log"
     before = fit_log.stat().st_mtime_ns
     capsys.readouterr()

@@ -172,6 +172,7 @@ def test_a_tested_runs_prompts_are_attributed_and_answered_as_the_run_scored_the
 
     main(["retrieval-heads", str(run), "--out", str(tmp_path / "out")])
     assert "1 runs attributed" in capsys.readouterr().out
+    assert torch.is_grad_enabled()  # the command leaves the process as it found it
     heads, prompts = pd.read_csv(tmp_path / "out" / "heads.csv"), pd.read_csv(tmp_path / "out" / "prompts.csv")
     shape = heads["layer"].nunique() * heads["head"].nunique()
     assert len(heads) == 2 * shape and set(heads["task"]) == {"passkey", "needle"}

@@ -371,6 +371,23 @@ def test_a_size_names_a_preset_and_the_config_records_its_shape(cache_dir):
         assert getattr(cli.model.config, name) == cli.config.model.decoder[name] == getattr(SIZES["tiny"], name)
 
 
+@pytest.mark.parametrize("given", [["--model.decoder.size", "tiny"], ["--config", "size: tiny"], []])
+def test_a_size_alone_gives_its_shape_and_none_the_148m(given, cache_dir, tmp_path):
+    """Over the CLI's defaults alone, ``size`` (typed or in a file) decides the shape; without one it is the 148M
+    preset's."""
+    from blindheads.modules.config import SHAPE, SIZES
+
+    if given[:1] == ["--config"]:
+        (tmp_path / "size.yaml").write_text("model:\n  decoder: {size: tiny, position: alibi}\n")
+        given = ["--config", str(tmp_path / "size.yaml")]
+    args = [*given, "--data.source", "builtin", "--data.tokenizer", "builtin", "--data.cache_dir", str(cache_dir),
+            "--trainer.precision", "bf16-mixed", "--trainer.logger", "false"]  # fmt: skip
+    cli = build_cli(args, run=False)
+    preset = SIZES["tiny" if given else "smollm-148m"]
+    for name in SHAPE:
+        assert getattr(cli.model.config, name) == cli.config.model.decoder[name] == getattr(preset, name)
+
+
 def test_the_callbacks_base_names_only_what_differs_from_the_signatures_defaults():
     import inspect
 

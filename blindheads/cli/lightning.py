@@ -49,6 +49,9 @@ class BlindheadsCLI(LightningCLI):
             "data", "model.decoder.vocab_size", compute_fn=lambda data: data.vocab_size, apply_on="instantiate"
         )
         callback_set.add_callback_set(parser)
+        # The shape's defaults are unset, not the default preset's values: ``parse_arguments`` fills what no config or
+        # option gives from ``size``, so ``size: tiny`` alone gives the tiny shape.
+        parser.set_defaults({f"model.decoder.{name}": None for name in SHAPE})
 
     def parse_arguments(self, parser, args) -> None:
         """What the options mean is settled as soon as they are parsed, before anything reads them (``--ckpt_path

@@ -217,8 +217,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     args = parse_args(argv)
     started = time.monotonic()
-    torch.set_grad_enabled(False)
-    tables = [attribute_run(run, args.samples, args.device) for run in args.runs]
+    with torch.no_grad():
+        tables = [attribute_run(run, args.samples, args.device) for run in args.runs]
     heads = pd.concat([h for h, _ in tables], ignore_index=True)
     prompts = pd.concat([p for _, p in tables], ignore_index=True)
     seeds = [int(s.removeprefix("seed")) for s in prompts["seed"].unique() if s.removeprefix("seed").isdigit()]

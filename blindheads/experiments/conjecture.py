@@ -19,7 +19,6 @@ gradient reaching the digit; a figure, and a verdict computed from them (``conje
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -111,24 +110,18 @@ def arm_main(argv: list[str]) -> None:
 def main(argv: list[str]) -> pd.DataFrame:
     args = parse_args(argv)
 
-    def write(out: Path, records: list[dict], command: str, wall_s: float) -> pd.DataFrame:
+    def write(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str]) -> pd.DataFrame:
         rows = [{"arm": record["arm"], **row} for record in records for row in record["rows"]]
         table = summarize(out, rows) if rows else pd.DataFrame()
         if rows:
             plot(out, table)
         else:
-            (out / "summary.md").write_text("No run is done yet: run the same command again.\n")
-        remaining = [run.name for run in runs(args) if not any(_same(run, r) for r in records)]
+            (out / "summary.md").write_text("No run is done yet.\n")
         write_json(out / "results.json", {
             **provenance(command, wall_s, sorted({*args.seeds, *args.decoder_seeds})),
             "runs": [{k: v for k, v in r.items() if k not in ("rows", "pretrain")} for r in records],
             "runs_wall_s": round(sum(r["wall_s"] for r in records), 1), "remaining": remaining,
         })  # fmt: skip
-        print(json.dumps({"remaining": remaining}))
         return table
 
     return run_experiment("conjecture", argv, args, runs(args), write)
-
-
-def _same(run: Run, record: dict) -> bool:
-    return all(record.get(key) == value for key, value in run.labels.items())

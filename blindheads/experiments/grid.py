@@ -78,8 +78,8 @@ def runs(args: argparse.Namespace) -> list[Run]:
 def main(argv: list[str]) -> list[dict]:
     args = parse_args(argv)
 
-    def write(out: Path, records: list[dict], command: str, wall_s: float) -> list[dict]:
-        write_summary(out, records, command=command, wall_s=wall_s, runs_dir=Path(args.runs))
+    def write(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str]) -> list[dict]:
+        write_summary(out, records, command=command, wall_s=wall_s, runs_dir=Path(args.runs), remaining=remaining)
         return records
 
     return run_experiment("grid", argv, args, runs(args), write)

@@ -61,9 +61,10 @@ def add_part_option(parser: argparse.ArgumentParser) -> None:
 
 
 def run_experiment(program: str, argv: list[str], args: argparse.Namespace, runs: list[Run],
-                   summarize: Callable[[Path, list[dict], str, float], T]) -> T:  # fmt: skip
+                   summarize: Callable[[Path, list[dict], str, float, list[str]], T]) -> T:  # fmt: skip
     """Every run done (or, past ``args.hours``, those done so far), then ``summarize(folder, records, command,
-    wall_s)`` published whole to ``args.out``; what it returns."""
+    wall_s, remaining)`` published whole to ``args.out``, ``remaining`` naming the runs not done (for its
+    ``results.json``; ``summary.md`` gets a line naming them); what it returns."""
     started = time.monotonic()
     hours = getattr(args, "hours", None)  # checked (``runner.checked``)
     deadline = started + hours * 3600 if hours else None
@@ -71,13 +72,23 @@ def run_experiment(program: str, argv: list[str], args: argparse.Namespace, runs
     out = Path(args.out)
     with experiment(program, args, wanted, [file for run in runs for file in run.files]) as driver:
         with ThreadPoolExecutor(args.parallel) as pool:
-            done = pool.map(lambda run: complete(run, driver, out, wanted[run.directory], deadline), runs)
+            done = list(pool.map(lambda run: complete(run, driver, out, wanted[run.directory], deadline), runs))
             records = [record for record in done if record is not None]
-        if len(records) < len(runs):
+        remaining = [run.name for run, record in zip(runs, done, strict=True) if record is None]
+        if remaining:
             print(f"blindheads {program}: {len(records)} of {len(runs)} runs done after --hours {hours}; the same "
                   "command continues", flush=True)  # fmt: skip
         command, wall_s = f"blindheads {program} " + " ".join(argv), time.monotonic() - started
-        written = publish(out, lambda staging: summarize(staging, records, command, wall_s))
+
+        def write(staging: Path) -> T:
+            written = summarize(staging, records, command, wall_s, remaining)
+            if remaining:
+                with (staging / "summary.md").open("a") as summary:
+                    summary.write(f"\n{len(records)} of {len(runs)} runs done; the same command runs the rest: "
+                                  f"{', '.join(remaining)}.\n")  # fmt: skip
+            return written
+
+        written = publish(out, write)
     print(f"summary: {out / 'summary.md'}")
     return written
 

@@ -401,15 +401,22 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
 
 
 def write_summary(
-    out: Path, records: list[dict], command: str, wall_s: float, runs_dir: Path | None = None
+    out: Path,
+    records: list[dict],
+    command: str,
+    wall_s: float,
+    runs_dir: Path | None = None,
+    remaining: list[str] | None = None,
 ) -> pd.DataFrame:
-    """``write_tables``, then ``results.json``: every run's record with the command, versions and wall time."""
+    """``write_tables``, then ``results.json``: every run's record with the command, versions and wall time, and
+    the runs of the experiment not done yet (``remaining``)."""
     table = write_tables(out, records, runs_dir)
     span = _span_s(runs_dir) if runs_dir is not None else None
     record = {
         **provenance(command, wall_s, [r["seed"] for r in records]),
         "runs_wall_s": round(sum(r.get("wall_s") or 0 for r in records), 1),  # every run, fit and test
         "span_s": span,  # from the first run's first log to the last results file: the grid's wall time
+        "remaining": remaining or [],
     }
     write_json(out / "results.json", {**record, "runs": records})
     return table
