@@ -127,7 +127,7 @@ def test_the_summary_takes_recall_at_the_smallest_and_largest_gap_measured():
     assert rows.loc[1, ["recall_near", "recall_far"]].isna().all()
 
 
-def test_recall_measured_during_training_becomes_curves_and_a_figure(tmp_path):
+def test_recall_and_retrieval_measured_during_training_become_curves_and_figures(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
     records = []
@@ -135,6 +135,8 @@ def test_recall_measured_during_training_becomes_curves_and_a_figure(tmp_path):
         with SummaryWriter(tmp_path / "runs" / setup / f"seed{seed}") as writer:
             for step, value in zip((50, 100), values):
                 writer.add_scalar("recall/gap4/exact", value, step)
+                writer.add_scalar("passkey/auc_out_of_domain", value / 2, step)
+                writer.add_scalar("test/passkey/auc_out_of_domain", 0.7, step)  # the test's, not training's
                 writer.add_scalar("train/loss", 3.0, step)
         records.append({"setup": setup, "seed": seed, "metrics": {"test/loss": 3.0}, "wall_s": 1.0})
     write_summary(tmp_path / "out", records, command="blindheads grid", wall_s=1.0, runs_dir=tmp_path / "runs")
@@ -143,6 +145,11 @@ def test_recall_measured_during_training_becomes_curves_and_a_figure(tmp_path):
     alibi = curves[curves["setup"] == "alibi"].groupby("step")["value"].mean()
     assert alibi.to_dict() == pytest.approx({50: 0.15, 100: 0.95})
     assert (tmp_path / "out/recall_over_training.png").stat().st_size > 0
+    retrieval = pd.read_csv(tmp_path / "out/retrieval_curves.csv")
+    assert len(retrieval) == 6 and set(retrieval["point"]) == {"passkey out"}
+    nope = retrieval[retrieval["setup"] == "nope"].set_index("step")["value"]
+    assert nope.to_dict() == pytest.approx({50: 0.05, 100: 0.25})
+    assert (tmp_path / "out/retrieval_over_training.png").stat().st_size > 0
 
 
 def test_recall_by_distance_becomes_a_tidy_table_a_markdown_grid_and_a_figure(tmp_path):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -94,21 +95,42 @@ def per_head_underflow(records: list[dict]) -> pd.DataFrame:
     return frame.reindex(list(dict.fromkeys(r["setup"] for r in records if r["setup"] in frame.index)))
 
 
-def recall_curves(runs_dir: Path, records: list[dict]) -> pd.DataFrame:
-    """Held-out recall measured during training (``EpisodeRecall(every_n_steps=N)``): setup, seed, point (``gap8``,
-    ``distance2x``), step, value; empty when no run measured it."""
+RETRIEVAL_POINTS = {  # passkey and needle measured during training (no stage): tag -> point
+    retrieval_tag(task, f"auc_{domain}"): f"{task} {side}"
+    for task in ("passkey", "needle")
+    for side, domain in (("in", "in_domain"), ("out", "out_of_domain"))
+}
+
+
+def recall_points(frame: pd.DataFrame) -> pd.Series:
+    """Held-out recall measured during training (``EpisodeRecall(every_n_steps=N)``), per point (``gap8``,
+    ``distance2x``); NaN for every other tag."""
+    parts = frame["tag"].str.extract(RECALL)
+    keep = parts["stage"].isna() & parts["part"].eq("exact") & (parts["gap"].notna() | parts["distance"].notna())
+    return parts["point"].where(keep)
+
+
+def retrieval_points(frame: pd.DataFrame) -> pd.Series:
+    """Passkey and needle AUC measured during training (``passkey in``, ``needle out``); NaN for every other tag."""
+    return frame["tag"].map(RETRIEVAL_POINTS)
+
+
+def curves_over_training(
+    runs_dir: Path, records: list[dict], points: Callable[[pd.DataFrame], pd.Series]
+) -> pd.DataFrame:
+    """What each run measured during training at ``points``: setup, seed, point, step, value; empty when no run
+    measured it."""
     frames = []
     for record in records:
         frame = scalars(runs_dir / record["setup"] / f"seed{record['seed']}")
-        parts = frame["tag"].str.extract(RECALL)  # recall measured during training (no stage), per point
-        keep = parts["stage"].isna() & parts["part"].eq("exact") & (parts["gap"].notna() | parts["distance"].notna())
-        frame = frame[keep].assign(point=parts.loc[keep, "point"], setup=record["setup"], seed=record["seed"])
+        point = points(frame)
+        frame = frame[point.notna()].assign(point=point.dropna(), setup=record["setup"], seed=record["seed"])
         frames.append(frame[["setup", "seed", "point", "step", "value"]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def plot_recall_curves(out: Path, curves: pd.DataFrame) -> None:
-    """One panel per point: each setup's recall over training (mean over seeds, a dot per seed)."""
+def plot_curves(path: Path, curves: pd.DataFrame, measured: str) -> None:
+    """One panel per point: each setup's ``measured`` over training (mean over seeds, a dot per seed)."""
     points = list(dict.fromkeys(curves["point"]))
     figure = Figure(figsize=(4 * len(points), 3.5))
     for axis, point in zip(figure.subplots(1, len(points), squeeze=False)[0], points):
@@ -117,13 +139,13 @@ def plot_recall_curves(out: Path, curves: pd.DataFrame) -> None:
             mean = frame.groupby("step")["value"].mean()
             (line,) = axis.plot(mean.index, mean.to_numpy(), marker="o", label=setup)
             axis.plot(frame["step"], frame["value"], ".", color=line.get_color(), markersize=3)
-        axis.set_title(f"held-out recall, {point.replace('distance', 'distance ')}")
+        axis.set_title(f"{measured}, {point.replace('distance', 'distance ')}")
         axis.set_xlabel("step")
         axis.set_ylim(0, 1.02)
-    figure.axes[0].set_ylabel("exact recall")
+    figure.axes[0].set_ylabel(measured)
     figure.axes[0].legend(fontsize="small")
     figure.tight_layout()
-    figure.savefig(out / "recall_over_training.png", dpi=120)
+    figure.savefig(path, dpi=120)
 
 
 def recall_by_distance(records: list[dict]) -> pd.DataFrame:
@@ -393,10 +415,13 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
             (out / "attribution.md").write_text(attribution_markdown(distances, attributed, CARRIES))
         if compared is not None:
             write_findings(out, *compared, distances, attributed)
-    curves = recall_curves(runs_dir, records) if runs_dir is not None else pd.DataFrame()
-    if not curves.empty:
-        curves.to_csv(out / "recall_curves.csv", index=False)
-        plot_recall_curves(out, curves)
+    if runs_dir is not None:
+        for name, points, measured in (("recall", recall_points, "held-out recall"),
+                                       ("retrieval", retrieval_points, "AUC (exact)")):  # fmt: skip
+            curves = curves_over_training(runs_dir, records, points)
+            if not curves.empty:
+                curves.to_csv(out / f"{name}_curves.csv", index=False)
+                plot_curves(out / f"{name}_over_training.png", curves, measured)
     return table
 
 
