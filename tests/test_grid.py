@@ -16,7 +16,7 @@ from blindheads.cli.lightning import build_cli
 from blindheads.experiments import grid
 from blindheads.experiments.runner import configs, resume_option
 from blindheads.experiments.setups import position_of, position_setups, setup_files, setup_names
-from blindheads.experiments.summary import run_rows, write_summary
+from blindheads.experiments.summary import measured_during_training, run_rows, write_summary
 from blindheads.locks import RUN_LOCK
 
 
@@ -26,9 +26,10 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     finished one is not; other options are refused, naming the difference. The grid runs in this process (its fits
     and tests in their own)."""
     out = tmp_path / "grid"
-    # 8 episodes per distance (EpisodeRecall's samples) instead of 64
+    # 8 episodes per distance (EpisodeRecall's samples) instead of 64, measured once during training too
     shrink = ["--data.cache_dir", str(cache_dir), "--trainer.max_steps", "3", "--data.batch_size", "2",
-              "--data.val_windows", "2", "--callbacks.recall.samples", "8"]  # fmt: skip
+              "--data.val_windows", "2", "--callbacks.recall.samples", "8",
+              "--callbacks.recall.every_n_steps", "2"]  # fmt: skip
     protocol = [
         str(REPO / f"configs/experiments/{name}.yaml") for name in ("laptop", "dense_recall", "recall_by_distance")
     ]
@@ -49,6 +50,8 @@ def test_a_two_setup_grid_trains_tests_summarises_and_resumes(cache_dir, tmp_pat
     assert results["seeds"] == [0] and results["versions"]["torch"] and len(results["runs"]) == 2
     assert {r["setup"]: r["global_step"] for r in results["runs"]} == {"alibi": 3, "nope": 3}
     assert results["remaining"] == [] and "runs done" not in (out / "summary.md").read_text()
+    assert set(results["runs"][0]["curves"]["recall"]["step"]) == {2}, "its recall over training, in its record"
+    assert set(pd.read_csv(out / "recall_curves.csv")["setup"]) == {"alibi", "nope"}
 
     assert json.loads((tmp_path / "runs/alibi/seed0/done.json").read_text()) == results["runs"][0]
     assert json.loads((out / "records/alibi-seed-0.json").read_text())["record"] == results["runs"][0]
@@ -128,17 +131,26 @@ def test_the_summary_takes_recall_at_the_smallest_and_largest_gap_measured():
 
 
 def test_recall_and_retrieval_measured_during_training_become_curves_and_figures(tmp_path):
+    """A record keeps its run's curves (the committed records carry them without the logs); a record made before
+    records kept them is read from its logs under --runs, and a run with neither is named in summary.md."""
     from torch.utils.tensorboard import SummaryWriter
 
     records = []
     for setup, seed, values in (("alibi", 0, [0.1, 0.9]), ("alibi", 1, [0.2, 1.0]), ("nope", 0, [0.1, 0.5])):
-        with SummaryWriter(tmp_path / "runs" / setup / f"seed{seed}") as writer:
+        run_dir = tmp_path / "runs" / setup / f"seed{seed}"
+        with SummaryWriter(run_dir) as writer:
             for step, value in zip((50, 100), values):
                 writer.add_scalar("recall/gap4/exact", value, step)
                 writer.add_scalar("passkey/auc_out_of_domain", value / 2, step)
                 writer.add_scalar("test/passkey/auc_out_of_domain", 0.7, step)  # the test's, not training's
                 writer.add_scalar("train/loss", 3.0, step)
-        records.append({"setup": setup, "seed": seed, "metrics": {"test/loss": 3.0}, "wall_s": 1.0})
+        record = {"setup": setup, "seed": seed, "metrics": {"test/loss": 3.0}, "wall_s": 1.0}
+        if setup == "alibi":  # kept in the record as the grid keeps it, then the logs gone
+            record = json.loads(json.dumps({**record, **measured_during_training(run_dir)}))
+            for events in run_dir.iterdir():
+                events.unlink()
+        records.append(record)
+    records.append({"setup": "rope", "seed": 0, "metrics": {"test/loss": 3.0}, "wall_s": 1.0})  # no curves anywhere
     write_summary(tmp_path / "out", records, command="blindheads grid", wall_s=1.0, runs_dir=tmp_path / "runs")
     curves = pd.read_csv(tmp_path / "out/recall_curves.csv")
     assert len(curves) == 6 and set(curves["point"]) == {"gap4"}
@@ -150,6 +162,8 @@ def test_recall_and_retrieval_measured_during_training_become_curves_and_figures
     nope = retrieval[retrieval["setup"] == "nope"].set_index("step")["value"]
     assert nope.to_dict() == pytest.approx({50: 0.05, 100: 0.25})
     assert (tmp_path / "out/retrieval_over_training.png").stat().st_size > 0
+    summary = (tmp_path / "out/summary.md").read_text()
+    assert "retrieval_curves.csv: no curves for rope seed 0" in summary and "alibi seed" not in summary
 
 
 def test_recall_by_distance_becomes_a_tidy_table_a_markdown_grid_and_a_figure(tmp_path):

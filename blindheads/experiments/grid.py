@@ -18,7 +18,7 @@ from blindheads.arguments import Parser
 from blindheads.experiments.loop import Run, add_part_option, run_experiment
 from blindheads.experiments.runner import checked, configs, distinct
 from blindheads.experiments.setups import position_of, setup_files, setup_names
-from blindheads.experiments.summary import write_summary
+from blindheads.experiments.summary import measured_during_training, write_summary
 
 # The paper's 13 setups (configs/position/; laptop.yaml's overlay makes the sliding window 128 tokens)
 PAPER_SETUPS = [
@@ -70,7 +70,8 @@ def runs(args: argparse.Namespace) -> list[Run]:
     return [
         Run(f"{setup} seed {seed}", Path(args.runs) / setup / f"seed{seed}",
             {"setup": setup, "seed": seed, "position": position_of(setup_files(setup, args.config))},
-            run_options(setup, seed, args), setup_files(setup, args.config), ("fit", "test"))
+            run_options(setup, seed, args), setup_files(setup, args.config), ("fit", "test"),
+            measured_during_training)
         for seed in args.seeds for setup in args.setups
     ]  # fmt: skip
 

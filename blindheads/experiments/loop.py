@@ -44,7 +44,8 @@ class Run:
     """One run of an experiment: its name in what the driver prints, its directory, the ``blindheads`` commands
     that make it, each given ``options`` (``fit`` adds ``--ckpt_path last`` where a killed run left a checkpoint;
     ``test`` reads the fit's ``last.ckpt``; any other command starts over), and the config files they read. ``options`` and ``files`` decide
-    its result (its identity); ``labels`` (setup or condition, seed) start its record."""
+    its result (its identity); ``labels`` (setup or condition, seed) start its record, and ``measured`` adds what
+    the finished run's directory holds beyond its test's results (the grid: its curves over training)."""
 
     name: str
     directory: Path
@@ -52,6 +53,7 @@ class Run:
     options: list[str]
     files: list[str]
     commands: tuple[str, ...] = ("fit",)
+    measured: Callable[[Path], dict] | None = None
 
 
 def add_part_option(parser: argparse.ArgumentParser) -> None:
@@ -114,6 +116,8 @@ def complete(run: Run, driver: Driver, out: Path, wanted: dict, deadline: float 
         driver.launch([command, *run.options, *checkpoint], run.directory)
     tested = run.directory / TESTED
     record = {**run.labels, **(read_json(tested) if tested.exists() else {})}
+    if run.measured is not None:
+        record.update(run.measured(run.directory))
     record["wall_s"] = round(time.monotonic() - started, 1)
     if resume:
         record["resumed"] = True

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -115,17 +114,34 @@ def retrieval_points(frame: pd.DataFrame) -> pd.Series:
     return frame["tag"].map(RETRIEVAL_POINTS)
 
 
-def curves_over_training(
-    runs_dir: Path, records: list[dict], points: Callable[[pd.DataFrame], pd.Series]
-) -> pd.DataFrame:
-    """What each run measured during training at ``points``: setup, seed, point, step, value; empty when no run
-    measured it."""
+CURVES = {"recall": (recall_points, "held-out recall"), "retrieval": (retrieval_points, "AUC (exact)")}
+
+
+def measured_during_training(run_dir: Path) -> dict:
+    """What a grid run measured during training (recall per point, passkey and needle AUC), for its record: the
+    committed records then carry their curves to a summary made on any checkout, without the runs' logs.
+    ``{"curves": {"retrieval": {"point": [...], "step": [...], "value": [...]}}}``; empty where it measured none."""
+    frame = scalars(run_dir)
+    curves = {}
+    for name, (points, _) in CURVES.items():
+        point = points(frame)
+        kept = frame[point.notna()]
+        if len(kept):
+            curves[name] = {"point": point.dropna().tolist(), "step": kept["step"].tolist(),
+                            "value": kept["value"].tolist()}  # fmt: skip
+    return {"curves": curves} if curves else {}
+
+
+def curves_over_training(records: list[dict], name: str, runs_dir: Path | None = None) -> pd.DataFrame:
+    """The ``name`` curves of every run (setup, seed, point, step, value) from its record, or, for a record made
+    before records kept them, from its logs under ``runs_dir``; empty when no run has them."""
     frames = []
     for record in records:
-        frame = scalars(runs_dir / record["setup"] / f"seed{record['seed']}")
-        point = points(frame)
-        frame = frame[point.notna()].assign(point=point.dropna(), setup=record["setup"], seed=record["seed"])
-        frames.append(frame[["setup", "seed", "point", "step", "value"]])
+        kept = record.get("curves")
+        if kept is None and runs_dir is not None:
+            kept = measured_during_training(runs_dir / record["setup"] / f"seed{record['seed']}").get("curves")
+        if kept and name in kept:
+            frames.append(pd.DataFrame({"setup": record["setup"], "seed": record["seed"], **kept[name]}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -415,13 +431,17 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
             (out / "attribution.md").write_text(attribution_markdown(distances, attributed, CARRIES))
         if compared is not None:
             write_findings(out, *compared, distances, attributed)
-    if runs_dir is not None:
-        for name, points, measured in (("recall", recall_points, "held-out recall"),
-                                       ("retrieval", retrieval_points, "AUC (exact)")):  # fmt: skip
-            curves = curves_over_training(runs_dir, records, points)
-            if not curves.empty:
-                curves.to_csv(out / f"{name}_curves.csv", index=False)
-                plot_curves(out / f"{name}_over_training.png", curves, measured)
+    for name, (_, measured) in CURVES.items():
+        curves = curves_over_training(records, name, runs_dir)
+        if not curves.empty:
+            curves.to_csv(out / f"{name}_curves.csv", index=False)
+            plot_curves(out / f"{name}_over_training.png", curves, measured)
+            without = [f"{r['setup']} seed {r['seed']}" for r in records
+                       if not ((curves["setup"] == r["setup"]) & (curves["seed"] == r["seed"])).any()]  # fmt: skip
+            if without:
+                with (out / "summary.md").open("a") as summary:
+                    summary.write(f"\n{name}_curves.csv: no curves for {', '.join(without)} (their records "
+                                  "keep none and their logs are not under --runs).\n")  # fmt: skip
     return table
 
 
