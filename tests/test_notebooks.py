@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -104,6 +107,27 @@ def test_training_runs_notebook_compares_experiments(trained_run, tmp_path, cach
     assert table["passkey_auc_out_of_domain"].between(0, 1).all()
     underflow = pd.read_csv(tmp_path / "out" / "underflow_per_head.csv")
     assert set(underflow["run"]) == {"alibi/run", "nope/run"} and set(underflow["head"]) == {0, 1, 2, 3}
+
+
+def test_the_notebook_names_the_commands_that_wrote_the_committed_results():
+    """03's COMMANDS, one per folder under results/, each as that folder records it (``results.json``, else its
+    table's ``- command:`` line), less what does not change the results: ``--hours`` (a part's limit) and where the
+    runs were kept."""
+    book = nbformat.read(REPO / "notebooks/03_training_runs.ipynb", as_version=4)
+    (cell,) = [c for c in book.cells if "COMMANDS = {" in c.source]
+    (assign,) = [n for n in ast.parse(cell.source).body if isinstance(n, ast.Assign) and n.targets[0].id == "COMMANDS"]
+    commands = ast.literal_eval(assign.value)
+    recorded = {}
+    for folder in sorted(p for p in (REPO / "results").iterdir() if p.is_dir()):
+        if (folder / "results.json").exists():
+            command = json.loads((folder / "results.json").read_text())["command"]
+        else:
+            (command,) = {
+                m for t in folder.glob("*.md") for m in re.findall(r"^- command: `(.+)`$", t.read_text(), re.M)
+            }
+        command = re.sub(r" --hours \S+", "", command)
+        recorded[folder.name] = re.sub(r"\S*/(runs/)", r"\1", command).strip()
+    assert commands == recorded
 
 
 def test_the_demos_printed_commands_work_as_printed(monkeypatch):
