@@ -210,10 +210,11 @@ class CtrlCTheDriver(L.Callback):
 def test_an_interrupted_grid_stops_its_runs_saved_in_one_line(cache_dir, tmp_path):
     """Ctrl-C to the driver's process group reaches the fit (in its own group) once, through the driver, which
     waits for it to save last.ckpt and exits in one line with 130, leaving no process behind (SIGTERM, a
-    scheduler's pre-emption, takes the same path with 143); the same command resumes from last.ckpt."""
+    scheduler's pre-emption, takes the same path with 143), and the run queued behind starts nothing; the same
+    command resumes from last.ckpt."""
     runs = tmp_path / "runs"
     command = ["grid", "--config", *(str(REPO / f"configs/experiments/{n}.yaml") for n in ("laptop", "dense_recall")),
-               "--setups", "alibi", "--seeds", "0", "--parallel", "1", "--runs", str(runs), "--",
+               "--setups", "alibi", "nope", "--seeds", "0", "--parallel", "1", "--runs", str(runs), "--",
                "--data.cache_dir", str(cache_dir), "--data.batch_size", "2", "--data.val_windows", "2",
                f"--trainer.callbacks+={__name__}.CtrlCTheDriver"]  # fmt: skip
     stopped = run_cli(command, timeout=300)
@@ -225,4 +226,5 @@ def test_an_interrupted_grid_stops_its_runs_saved_in_one_line(cache_dir, tmp_pat
     assert "blindheads: SIGINT at step" in log and "Traceback" not in log, "reached the fit once, so it saved"
     assert not (run_dir / RUN_LOCK).exists(), "the fit ended before the driver did"
     assert resume_option(run_dir) == ["--ckpt_path", "last"]
+    assert not (runs / "nope/seed0.fit.log").exists(), "the run queued behind it starts nothing"
     assert [p.name for p in (tmp_path / "runs-summary").iterdir()] == ["options.json"], "no summary of half runs"

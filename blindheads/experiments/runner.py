@@ -142,6 +142,8 @@ class Driver:
     def launch(self, command: list[str], run_dir: Path, env: dict | None = None) -> None:
         """``blindheads COMMAND`` for ``run_dir``, its output appended to ``RUN_DIR.COMMAND.log`` beside it (a log
         is never truncated: a resumed run's follows its first part); one thread when runs share the machine."""
+        if self.signum is not None:  # interrupted: the runs still queued start nothing, not even their logs
+            raise Interrupted
         log = run_dir.parent / f"{run_dir.name}.{command[0]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         threads = {"OMP_NUM_THREADS": "1"} if self.parallel > 1 else {}
