@@ -170,5 +170,12 @@ def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_pape
     assert row["verdict"] == "higher" and (row["wins"], row["losses"]) == (3, 0) and row["p"] == 0.25
     assert table.loc[("nope", "passkey_auc_in"), "verdict"] == "no difference shown"  # identical: no interval above 0
     assert table.loc[("log_distance", "passkey_auc_out"), "paper"] == 0.77
-    assert "| log_distance | passkey_auc_out | 3 | 0.47 | 0.77 |" in (tmp_path / "retrieval.md").read_text()
+    text = (tmp_path / "retrieval.md").read_text()
+    assert "| log_distance | passkey_auc_out | 3 | 0.47 | 0.77 |" in text
+    assert "cannot fall below 2 / 2^n (0.25 at the most seeds here, 3)" in text
+    write_retrieval(tmp_path, runs[runs["seed"] == 0])  # one seed: a difference, no interval
+    assert (
+        "| log_distance | passkey_auc_in | 1 | 0.95 |  | +0.05 no interval (1 seed) | 1/0 | 1 |"
+        in (tmp_path / "retrieval.md").read_text()
+    )
     assert write_retrieval(tmp_path, runs.drop(columns=["needle_auc_out"])) is None

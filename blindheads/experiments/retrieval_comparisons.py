@@ -78,12 +78,20 @@ def write_retrieval(out: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
     ]
     for row in table.itertuples(index=False):
         d = row._asdict()
-        vs = (f"{d[f'minus_{REFERENCE}']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
-              if d.get(f"minus_{REFERENCE}") is not None and not pd.isna(d.get(f"minus_{REFERENCE}")) else "")  # fmt: skip
+        difference = d.get(f"minus_{REFERENCE}")
+        interval = "no interval (1 seed)" if pd.isna(d.get("low")) else f"[{d['low']:+.2f}, {d['high']:+.2f}]"
+        vs = f"{difference:+.2f} {interval}" if difference is not None and not pd.isna(difference) else ""
         wins = f"{d['wins']:.0f}/{d['losses']:.0f}" if vs else ""
         p = f"{d['p']:.3g}" if vs else ""
         paper = "" if d["paper"] is None or pd.isna(d["paper"]) else f"{d['paper']:.2f}"
         lines.append(f"| {d['setup']} | {d['metric']} | {d['seeds']} | {d['mean']:.2f} | {paper} | {vs} | {wins} | {p} "
                      f"| {d.get('verdict') if vs else ''} |")  # fmt: skip
+    paired_seeds = table["paired_seeds"].dropna() if "paired_seeds" in table else pd.Series(dtype=float)
+    if len(paired_seeds):
+        n = int(paired_seeds.max())
+        lines += ["", f"A verdict: the 95% t-interval of the paired differences excludes 0 and the setup wins (loses) in "
+                  f"more than half the seeds. With n paired seeds the exact sign-flip p cannot fall below 2 / 2^n "
+                  f"({2 / 2**n:.3g} at the most seeds here, {n}): a verdict here rests on the t-interval (normal "
+                  "differences), not on the sign test."]  # fmt: skip
     (out / "retrieval.md").write_text("\n".join(lines) + "\n")
     return table
