@@ -173,9 +173,14 @@ def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_pape
     text = (tmp_path / "retrieval.md").read_text()
     assert "| log_distance | passkey_auc_out | 3 | 0.47 | 0.77 |" in text
     assert "cannot fall below 2 / 2^n (0.25 at the most seeds here, 3)" in text
+    two = runs[runs["seed"] < 2].copy()
+    two.loc[two["setup"] == "log_distance", "needle_auc_out"] = 0.3  # +0.2 in both seeds
+    two = write_retrieval(tmp_path, two).set_index(["setup", "metric"]).loc[("log_distance", "needle_auc_out")]
+    assert two["low"] == pytest.approx(0.2), "two equal differences: an interval of one point above 0"
+    assert two["verdict"] == "none: 2 of 3 seeds" and (two["wins"], two["losses"]) == (2, 0)
     write_retrieval(tmp_path, runs[runs["seed"] == 0])  # one seed: a difference, no interval
     assert (
-        "| log_distance | passkey_auc_in | 1 | 0.95 |  | +0.05 no interval (1 seed) | 1/0 | 1 |"
+        "| log_distance | passkey_auc_in | 1 | 0.95 |  | +0.05 no interval (1 seed) | 1/0 | 1 | none: 1 of 3 seeds |"
         in (tmp_path / "retrieval.md").read_text()
     )
     assert write_retrieval(tmp_path, runs.drop(columns=["needle_auc_out"])) is None

@@ -4,7 +4,9 @@ Each run's test reports four AUCs (exact answers over the tested lengths and dep
 length). A setup is compared with ALiBi seed by seed (a seed fixes initialisation and data order): the mean of the
 per-seed differences, its 95% Student-t interval over seeds (the AUCs are already means over many prompts; the seeds'
 spread is the noise), the wins and losses, the exact sign-flip p-value, and the verdict rule of ``comparisons.py``:
-``higher`` (``lower``) where the interval lies above (below) 0 and the setup wins (loses) in more than half the seeds.
+``higher`` (``lower``) where the interval lies above (below) 0 and the setup wins (loses) in more than half the seeds,
+and no verdict from fewer than ``MIN_SEEDS`` paired seeds (two seeds give the interval one degree of freedom: two equal
+differences would make it a point).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pandas as pd
 
 from blindheads.experiments.comparisons import NO_DIFFERENCE, REFERENCE, sign_flip_p, t_quantile
 
+MIN_SEEDS = 3
 METRICS = ("passkey_auc_in", "passkey_auc_out", "needle_auc_in", "needle_auc_out")
 # The paper's figures (arXiv:2608.03994, 148M models at 2,048 tokens) for the setups it reports them for
 PAPER = {
@@ -58,7 +61,9 @@ def _difference(difference: np.ndarray) -> dict:
         low, high = mean - half, mean + half
     wins, losses = int((difference > 0).sum()), int((difference < 0).sum())
     verdict = NO_DIFFERENCE
-    if low > 0 and wins > n / 2:
+    if n < MIN_SEEDS:
+        verdict = f"none: {n} of {MIN_SEEDS} seeds"
+    elif low > 0 and wins > n / 2:
         verdict = "higher"
     elif high < 0 and losses > n / 2:
         verdict = "lower"
@@ -89,8 +94,8 @@ def write_retrieval(out: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
     paired_seeds = table["paired_seeds"].dropna() if "paired_seeds" in table else pd.Series(dtype=float)
     if len(paired_seeds):
         n = int(paired_seeds.max())
-        lines += ["", f"A verdict: the 95% t-interval of the paired differences excludes 0 and the setup wins (loses) in "
-                  f"more than half the seeds. With n paired seeds the exact sign-flip p cannot fall below 2 / 2^n "
+        lines += ["", f"A verdict: from {MIN_SEEDS} paired seeds or more, the 95% t-interval of the paired differences "
+                  "excludes 0 and the setup wins (loses) in more than half the seeds. With n paired seeds the exact sign-flip p cannot fall below 2 / 2^n "
                   f"({2 / 2**n:.3g} at the most seeds here, {n}): a verdict here rests on the t-interval (normal "
                   "differences), not on the sign test."]  # fmt: skip
     (out / "retrieval.md").write_text("\n".join(lines) + "\n")
