@@ -111,8 +111,8 @@ def test_training_runs_notebook_compares_experiments(trained_run, tmp_path, cach
 
 def test_the_notebook_names_the_commands_that_wrote_the_committed_results():
     """03's COMMANDS, one per folder under results/, each as that folder records it (``results.json``, else its
-    table's ``- command:`` line), less what does not change the results: ``--hours`` (a part's limit) and where the
-    runs were kept."""
+    table's ``- command:`` line), less what does not change the results: ``--hours`` (a part's limit), ``--parallel``
+    and where the runs were kept."""
     book = nbformat.read(REPO / "notebooks/03_training_runs.ipynb", as_version=4)
     (cell,) = [c for c in book.cells if "COMMANDS = {" in c.source]
     (assign,) = [n for n in ast.parse(cell.source).body if isinstance(n, ast.Assign) and n.targets[0].id == "COMMANDS"]
@@ -125,7 +125,7 @@ def test_the_notebook_names_the_commands_that_wrote_the_committed_results():
             (command,) = {
                 m for t in folder.glob("*.md") for m in re.findall(r"^- command: `(.+)`$", t.read_text(), re.M)
             }
-        command = re.sub(r" --hours \S+", "", command)
+        command = re.sub(r" --(hours|parallel) \S+", "", command)
         recorded[folder.name] = re.sub(r"\S*/(runs/)", r"\1", command).strip()
     assert commands == recorded
 
