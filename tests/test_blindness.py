@@ -47,14 +47,17 @@ def test_flushing_subnormals_gives_the_normal_threshold(dtype):
         ("float32", "eager", "subnormal"),
         ("float32", "sdpa", "subnormal"),
         ("bfloat16", "eager", "subnormal"),  # its softmax runs in float32, which keeps them
-        ("bfloat16", "sdpa", "normal"),  # CPU SDPA's bfloat16 kernel flushes them
+        ("bfloat16", "sdpa", None),  # CPU SDPA's bfloat16 kernel flushes them on some CPUs and keeps them on others
     ],
 )
 def test_measure_tau_tells_which_regime_each_cpu_kernel_is_in(dtype, backend, regime):
-    """The two regimes' zero edges lie 5-17 nats apart; the bfloat16 gap is resolved to 0.5 (its spacing there)."""
+    """The two regimes' zero edges lie 5-17 nats apart; the bfloat16 gap is resolved to 0.5 (its spacing there).
+    Where the regime depends on the CPU's kernel (``None``), the measurement must land on one of the two edges."""
     apply_threshold("subnormal")  # the process default, which an in-process CLI earlier in this worker changes
     measured = measure_tau(dtype, backend=backend)
-    assert measured == pytest.approx(tau(dtype, regime), abs=0.5 if dtype == "bfloat16" else 1e-4)
+    tolerance = 0.5 if dtype == "bfloat16" else 1e-4
+    regimes = [regime] if regime else ["normal", "subnormal"]
+    assert any(measured == pytest.approx(tau(dtype, r), abs=tolerance) for r in regimes), (measured, regimes)
 
 
 @pytest.mark.parametrize("bad, message", [({"dtype": "int8"}, "valid: float64"), ({"backend": "cuda"}, "valid: eager")])
