@@ -95,8 +95,8 @@ def write_retrieval(out: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
     if len(paired_seeds):
         n = int(paired_seeds.max())
         lines += ["", f"A verdict: from {MIN_SEEDS} paired seeds or more, the 95% t-interval of the paired differences "
-                  "excludes 0 and the setup wins (loses) in more than half the seeds. With n paired seeds the exact sign-flip p cannot fall below 2 / 2^n "
-                  f"({2 / 2**n:.3g} at the most seeds here, {n}): a verdict here rests on the t-interval (normal "
+                  "excludes 0 and the setup wins (loses) in more than half the seeds. With n paired seeds the exact "
+                  f"sign-flip p cannot fall below 2 / 2^n ({2 / 2**n:.3g} at the most seeds here, {n}): a verdict here rests on the t-interval (normal "
                   "differences), not on the sign test."]  # fmt: skip
     (out / "retrieval.md").write_text("\n".join(lines) + "\n")
     return table
