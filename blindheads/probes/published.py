@@ -19,7 +19,7 @@ from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_d
 from blindheads.modules.position import ALiBi, PositionStack
 from blindheads.numerics import THRESHOLDS, resolve_dtype, tau
 from blindheads.probes.retrieval import retrieval_grids
-from blindheads.probes.score_paths import ScorePath, match_default_attention, score_path
+from blindheads.probes.score_paths import ScorePath, score_path
 from blindheads.probes.text import documents, token_stream
 
 if TYPE_CHECKING:  # for annotations only
@@ -121,7 +121,6 @@ def summarize(
     model_name: str,
     dtype: str,
     path: ScorePath,
-    notes: list[str],
     results: list[LayerStatistics],
     predicted: dict[str, list[float]],
 ) -> dict:
@@ -137,7 +136,7 @@ def summarize(
         "architecture": path.architecture,
         "dtype": dtype,
         "softmax": path.softmax,
-        "notes": path.notes + notes,
+        "notes": path.notes,
         "slopes": None if path.slopes is None else path.slopes.tolist(),
         "tau": {mode: tau(dtype, mode) for mode in THRESHOLDS},
         "predicted_blind_distance": {mode: finite(v) for mode, v in predicted.items()},
@@ -160,13 +159,12 @@ def probe(
     score path, and (``retrieval``) run passkey and needle with its tokenizer: the summary, the per-length
     statistics and the predictions."""
     model, tokenizer = load_published(model_name, dtype)
-    notes = match_default_attention(model)
     lengths = sorted(lengths)
     stream = token_stream(tokenizer, documents(text), samples * max(lengths))
     results = [LayerStatistics(n, measure(model, stream[: samples * n].view(samples, n))) for n in lengths]
     path = score_path(model)
     predicted = predicted_blind_distances(path, dtype)
-    summary = summarize(model_name, dtype, path, notes, results, predicted)
+    summary = summarize(model_name, dtype, path, results, predicted)
     if retrieval:
         summary["retrieval"] = retrieval_grids(model, tokenizer, stream, lengths)
     return summary, results, predicted

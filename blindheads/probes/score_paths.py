@@ -43,7 +43,7 @@ def score_path(model: PreTrainedModel) -> ScorePath:
         return ScorePath(
             "falcon-alibi",
             press_slopes(config.num_attention_heads) / math.sqrt(head_dim),
-            "logits = (q.k + alibi) / sqrt(d); softmax in the model dtype",
+            "logits = (q.k + alibi) / sqrt(d), ALiBi in the mask; softmax in float32, cast to the model dtype",
             ["ALiBi slopes are scaled by 1/sqrt(head_dim)", "ALiBi is built from bfloat16 slopes"],
         )
     if kind == "mpt":
@@ -70,21 +70,3 @@ def score_path(model: PreTrainedModel) -> ScorePath:
             [] if plain else ["a stack other than plain ALiBi: measured only (blindheads blindness predicts it)"],
         )
     return ScorePath(kind, None, "unknown: measured only")
-
-
-def _drop_duplicate_falcon_alibi(module, args, kwargs):
-    """transformers' eager Falcon adds ALiBi once in the causal mask and again inside the attention (twice the
-    slope SDPA, the default path, uses); a zero ``alibi`` argument keeps the mask's single copy."""
-    if kwargs.get("alibi") is not None:
-        kwargs["alibi"] = torch.zeros_like(kwargs["alibi"])
-    return args, kwargs
-
-
-def match_default_attention(model: PreTrainedModel) -> list[str]:
-    """Make eager attention compute what the model's default attention computes; returns what was changed."""
-    if model.config.model_type == "falcon" and getattr(model.config, "alibi", False):
-        falcon: Any = model  # a FalconForCausalLM
-        for layer in falcon.transformer.h:
-            layer.self_attention.register_forward_pre_hook(_drop_duplicate_falcon_alibi, with_kwargs=True)
-        return ["eager Falcon adds ALiBi twice in transformers; the duplicate was removed to match SDPA"]
-    return []
