@@ -4,18 +4,24 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch; a GPU machine can set TORCH_SPEC to its own build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test test-fast benchmark gpu-check
+.PHONY: install constraints demo test test-fast benchmark gpu-check
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev,notebooks,eval]"
+	$(PY) -m pip install --quiet --constraint constraints.txt -e ".[dev,notebooks,eval]"
 	$(PY) -m ipykernel install --sys-prefix --name blindheads --display-name "Python (blindheads)"
 	if git rev-parse --git-dir >/dev/null 2>&1; then $(VENV)/bin/nbstripout --install; fi
 	touch $@
 
 install: $(VENV)/.installed
+
+# constraints.txt: every package version the suite last passed with (torch aside: TORCH_SPEC sets it), so a fresh
+# install is the tested one; after upgrading packages and passing `make test`, `make constraints` records them.
+constraints: install
+	{ echo "# written by make constraints: the versions make test passed with"; \
+	  $(PY) -m pip freeze --exclude-editable | grep -v -E '^(torch|triton|nvidia-[a-z0-9-]+)=='; } > constraints.txt
 
 # The README's main job: a real, short fit on the offline builtin data (default ALiBi learning retrieval on the dense
 # mix), then test: recall by distance inside and beyond the window, blind or reachable, beside each head's blindness.
