@@ -17,11 +17,26 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 install: $(VENV)/.installed
 
-# constraints.txt: every package version the suite last passed with (torch aside: TORCH_SPEC sets it), so a fresh
-# install is the tested one; after upgrading packages and passing `make test`, `make constraints` records them.
+# constraints.txt: every package version the suite last passed with, so a fresh install is the tested one; torch and
+# what it requires are left to TORCH_SPEC, which picks them for the machine. After upgrading packages and passing
+# `make test`, `make constraints` records them.
+define FREEZE
+import importlib.metadata as metadata, re, subprocess, sys
+def name(requirement): return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement)[0]).lower()
+installed = {name(d.metadata["Name"]): d for d in metadata.distributions()}
+torch, todo = set(), ["torch"]
+while todo:
+    package = todo.pop()
+    if package in installed and package not in torch:
+        torch.add(package)
+        todo += [name(r) for r in installed[package].requires or [] if "extra ==" not in r]
+frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True)
+print("# written by make constraints: the versions make test passed with (torch and its requirements aside)")
+print(*(line for line in frozen.stdout.split() if name(line) not in torch), sep="\n")
+endef
+export FREEZE
 constraints: install
-	{ echo "# written by make constraints: the versions make test passed with"; \
-	  $(PY) -m pip freeze --exclude-editable | grep -v -E '^(torch|triton|nvidia-[a-z0-9-]+)=='; } > constraints.txt
+	$(PY) -c "$$FREEZE" > constraints.txt
 
 # The README's main job: a real, short fit on the offline builtin data (default ALiBi learning retrieval on the dense
 # mix), then test: recall by distance inside and beyond the window, blind or reachable, beside each head's blindness.
