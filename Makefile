@@ -1,4 +1,4 @@
-# All set-up happens here: a fresh machine needs only python3 (>= 3.10) and make.
+# All set-up happens here: a fresh machine needs only python3 (>= 3.11) and make.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of PyTorch; a GPU machine can set TORCH_SPEC to its own build.
@@ -17,26 +17,33 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 install: $(VENV)/.installed
 
-# constraints.txt: every package version the suite last passed with, so a fresh install is the tested one; torch and
-# what it requires are left to TORCH_SPEC, which picks them for the machine. After upgrading packages and passing
-# `make test`, `make constraints` records them.
+# constraints.txt: every package version the suite last passed with, so a fresh install is the tested one. Left out:
+# torch and what only torch needs (sympy, CUDA libraries, ...), which TORCH_SPEC picks for the machine. After upgrading
+# packages and passing `make test`, `make constraints` records them.
 define FREEZE
 import importlib.metadata as metadata, re, subprocess, sys
 def name(requirement): return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement)[0]).lower()
 installed = {name(d.metadata["Name"]): d for d in metadata.distributions()}
-torch, todo = set(), ["torch"]
-while todo:
-    package = todo.pop()
-    if package in installed and package not in torch:
-        torch.add(package)
-        todo += [name(r) for r in installed[package].requires or [] if "extra ==" not in r]
-frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True)
-print("# written by make constraints: the versions make test passed with (torch and its requirements aside)")
-print(*(line for line in frozen.stdout.split() if name(line) not in torch), sep="\n")
+def needed(roots, skip=()):
+    seen, todo = set(), list(roots)
+    while todo:
+        package = todo.pop()
+        if package in installed and package not in seen and package not in skip:
+            seen.add(package)
+            todo += [name(r) for r in installed[package].requires or [] if "extra ==" not in r]
+    return seen
+ours = {name(r) for r in installed["blindheads"].requires}  # with every extra: make install takes them all
+torch_only = needed(["torch"]) - needed(ours - {"torch"}, skip={"torch"})
+frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True,
+                        check=True).stdout.splitlines()
+print("# written by make constraints: the versions make test passed with (torch and what only it needs aside)")
+print(*(line for line in frozen if name(line) not in torch_only), sep="\n")
 endef
 export FREEZE
 constraints: install
-	$(PY) -c "$$FREEZE" > constraints.txt
+	$(PY) -c "$$FREEZE" > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	touch $(VENV)/.installed
 
 # The README's main job: a real, short fit on the offline builtin data (default ALiBi learning retrieval on the dense
 # mix), then test: recall by distance inside and beyond the window, blind or reachable, beside each head's blindness.

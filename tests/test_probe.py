@@ -95,7 +95,8 @@ def test_eager_weights_follow_the_predicted_effective_slope(name, model_dirs):
 
 
 def test_eager_falcon_computes_what_its_default_attention_computes(model_dirs):
-    """The probe reads the weights from eager attention; Falcon's default is SDPA, and both must add ALiBi once."""
+    """The probe reads the weights from eager attention: they must be those of Falcon's default, SDPA (that ALiBi is
+    added once, at the predicted slope, test_eager_weights_follow_the_predicted_effective_slope checks)."""
     tokens = torch.randint(0, 4096, (1, 256))
     sdpa = FalconForCausalLM.from_pretrained(model_dirs / "falcon", attn_implementation="sdpa").eval()
     model, _ = load_published(str(model_dirs / "falcon"))

@@ -25,7 +25,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 from typing import TypeVar
@@ -388,7 +388,7 @@ def provenance(command: str, wall_s: float, seeds: list[int]) -> dict:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "command": command,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": round(wall_s, 1),  # this invocation (a resumed experiment counts only its own part)
         "seeds": sorted(set(seeds)),
         "python": platform.python_version(),

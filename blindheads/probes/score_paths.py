@@ -43,8 +43,8 @@ def score_path(model: PreTrainedModel) -> ScorePath:
         return ScorePath(
             "falcon-alibi",
             press_slopes(config.num_attention_heads) / math.sqrt(head_dim),
-            "logits = (q.k + alibi) / sqrt(d), ALiBi in the mask; softmax in float32, cast to the model dtype",
-            ["ALiBi slopes are scaled by 1/sqrt(head_dim)", "ALiBi is built from bfloat16 slopes"],
+            "logits = q.k / sqrt(d) + alibi / sqrt(d), both in the model dtype; softmax in float32, cast to the model dtype",
+            ["ALiBi slopes are scaled by 1/sqrt(head_dim)", "ALiBi (slope x distance) is computed in bfloat16"],
         )
     if kind == "mpt":
         configured = config.attn_config.alibi_bias_max
