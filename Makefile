@@ -33,7 +33,7 @@ def needed(roots, skip=()):
             todo += [name(r) for r in installed[package].requires or [] if "extra ==" not in r]
     return seen
 ours = {name(r) for r in installed["blindheads"].requires}  # with every extra: make install takes them all
-torch_only = needed(["torch"]) - needed(ours - {"torch"}, skip={"torch"})
+torch_only = needed(["torch"]) - needed(ours, skip={"torch"})
 frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True,
                         check=True).stdout.splitlines()
 print("# written by make constraints: the versions make test passed with (torch and what only it needs aside)")
