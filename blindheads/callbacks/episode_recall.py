@@ -3,6 +3,7 @@ window: does the model use what lies that far back, and where it does not, could
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from functools import partial
@@ -21,6 +22,8 @@ from blindheads.evaluation.attribution import (
     capped_bias,
     carrier_classes,
     episode_paths,
+    floored_bias,
+    in_float64,
     recall,
 )
 from blindheads.evaluation.contexts import evaluating
@@ -63,7 +66,12 @@ class EpisodeRecall(PeriodicEvaluation):
     - ``failed_blind`` / ``failed_reachable``: wrong answers whose fact was blind / was not (with ``exact`` they
       sum to 1): the split between blindness and everything else, out-of-context degradation included;
     - ``weight/layer{l}/head{h}``: the mean weight from the answer's query to its fact (eager attention in the
-      training precision);
+      training precision); ``zeros``: the share of those weights (episodes x layers x heads) exactly 0;
+
+    With ``zero_free``, the zeros removed and nothing else (``evaluation/attribution.py``): ``exact_zero_free``,
+    ``exact`` with the model computed in float64, and ``zeros_zero_free``, the share of fact weights still exactly
+    0 there (a bias past ~708 nats). With ``floor`` (a negative number), ``exact_floored``: ``exact`` with every head's
+    bias held at or above ``floor``, weights small but never 0.
 
     With ``attribution`` (``evaluation/attribution.py``), which heads carry recall and whether the bias lost it:
 
@@ -91,15 +99,20 @@ class EpisodeRecall(PeriodicEvaluation):
         batch_size: int = 16,
         seed: int | None = None,
         attribution: bool = False,
+        zero_free: bool = False,
+        floor: float | None = None,
     ) -> None:
         if samples < 1 or batch_size < 1 or not (gaps or distances) or any(d <= 0 for d in distances):
             raise ValueError(
                 f"samples and batch_size must be >= 1, distances > 0, and gaps or distances non-empty; got {samples}, "
                 f"{batch_size}, gaps {list(gaps)}, distances {list(distances)}"
             )
+        if floor is not None and not -math.inf < floor < 0:
+            raise ValueError(f"EpisodeRecall floor must be a finite negative bias, got {floor}")
         super().__init__(every_n_steps)
         self.gaps, self.distances = list(gaps), list(distances)
         self.samples, self.batch_size, self.seed, self.attribution = samples, batch_size, seed, attribution
+        self.zero_free, self.floor = zero_free, floor
         self._episodes: dict[tuple[str, int], list[Episode]] = {}
         self.results_fields: dict = {}
 
@@ -151,6 +164,7 @@ class EpisodeRecall(PeriodicEvaluation):
         if not trainer.is_global_zero:
             return None
         decoder, scalars, measured = pl_module.decoder, {}, {}
+        wide = in_float64(decoder) if self.zero_free else None
         with evaluating(pl_module), torch.no_grad(), trainer.precision_plugin.forward_context():
             for name, where in self.points(trainer.datamodule.seq_len).items():  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
                 episodes = self.episodes(trainer.datamodule, name, where)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
@@ -175,12 +189,33 @@ class EpisodeRecall(PeriodicEvaluation):
                 for layer, weights in enumerate(paths.weights.double().mean(0).tolist()):
                     for head, value in enumerate(weights):
                         scalars[recall_weight_tag(name, layer, head, prefix)] = value
+                scalars[tag("zeros")] = (paths.weights == 0).double().mean().item()
+                scalars.update(self._interventions(decoder, wide, trainer.datamodule.tokenizer, paths, episodes, tag))  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
             if self.attribution:
                 scalars.update(self._attribute(trainer, decoder, measured, prefix))
         for name, values in decoder.position.learned_head_parameters().items():
             for head, value in enumerate(values.tolist() if values.dim() == 1 else []):
                 scalars[recall_tag(name, f"head{head}", prefix)] = value
         log_scalars(trainer, pl_module, scalars, prefix)
+        return scalars
+
+    def _interventions(self, decoder, wide, tokenizer, paths: AnswerPaths, episodes: list[Episode], tag) -> dict:
+        """``exact_zero_free`` and ``zeros_zero_free`` from ``wide``, the decoder in float64 (with ``zero_free``:
+        where the training precision left no fact weight exactly 0, float64 leaves none either, so its weights are
+        measured only where it did); ``exact_floored`` (with ``floor``)."""
+        scalars = {}
+        if wide is not None:
+            with torch.autocast(next(wide.parameters()).device.type, enabled=False):
+                exact = recall(wide, tokenizer, episodes, self.batch_size)
+                if (paths.weights == 0).any():
+                    paths = episode_paths(wide, episodes, self.batch_size, torch.float64)
+            scalars[tag("exact_zero_free")] = exact.double().mean().item()
+            scalars[tag("zeros_zero_free")] = (paths.weights == 0).double().mean().item()
+        if self.floor is not None and decoder.position.has_bias:
+            with floored_bias(decoder, self.floor):
+                scalars[tag("exact_floored")] = (
+                    recall(decoder, tokenizer, episodes, self.batch_size).double().mean().item()
+                )
         return scalars
 
     def _attribute(self, trainer: L.Trainer, decoder, measured: dict[str, Measured], prefix: str) -> dict[str, float]:

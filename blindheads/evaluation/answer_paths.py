@@ -19,7 +19,7 @@ from blindheads.evaluation.contexts import forward_hooks
 
 @dataclass(frozen=True)
 class AnswerPaths:
-    weights: Tensor  # (episodes, layers, heads): the attention weight from each answer's query to its fact
+    weights: Tensor  # (episodes, layers, heads): the weight from each answer's query to its fact, as computed
     reachable: Tensor  # (episodes,) bool: some chain of non-zero weights links the fact to the answer's query
 
     @property
@@ -41,7 +41,7 @@ def answer_paths(
 
     def hook(module, inputs, output):  # output: (batch, heads, queries, keys)
         nonlocal reach
-        weights.append(output[rows, :, queries, facts].float())
+        weights.append(output[rows, :, queries, facts])  # in the dtype computed: .float() zeroes float64's 1e-50
         visible = (output != 0).any(1).to(torch.float32)  # (batch, queries, keys): some head passes key to query
         reach = torch.maximum(reach, (visible @ reach.unsqueeze(-1)).squeeze(-1).clamp(max=1.0))
 

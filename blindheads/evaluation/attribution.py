@@ -8,12 +8,19 @@ see 8 windows back, and a weight of 1e-28 is no more use than 0. So the heads ar
   The heads whose ablation costs at least ``CARRIES`` of the in-window recall *carry* it.
 - **classes**: per episode, by the weights the carriers give the fact from the answer's query: ``blind`` (all
   exactly 0), ``near_blind`` (all below ``NEAR_BLIND``, not all 0) or ``reachable``.
-- **cap**: the causal test. Every head's bias beyond a distance held at its value there (the training window's
-  farthest key): recall that returns under the cap was lost to the bias; recall that does not, to something else.
+- **cap**: every head's bias beyond a distance held at its value there (the training window's farthest key):
+  recall that returns under the cap was lost to the bias; recall that does not, to something else. The cap changes
+  two things at once: it removes exact zeros, and it removes bias values the model never met in training.
+- **zero-free**: the same model computed in float64 (``in_float64``), where no weight underflows until its bias
+  passes ~708 nats: the zeros removed, every weight otherwise as it was. A forward pass cannot tell a weight of 0
+  from one of 1e-50, so recall that does not change here was not lost to the zeros.
+- **floor**: every head's bias held at or above a floor (``floored_bias``): weights kept small but never exactly 0,
+  and far from 0 wherever the floor acts inside the window.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -106,6 +113,27 @@ def carrier_classes(weights: Tensor, carriers: Tensor, floor: float = NEAR_BLIND
     blind = (carried == 0).all(1)
     near_blind = (carried < floor).all(1) & ~blind
     return {"blind": blind, "near_blind": near_blind, "reachable": ~(blind | near_blind)}
+
+
+def in_float64(decoder):
+    """The decoder's float64 copy, in evaluation mode: every computation in float64, where no attention weight
+    underflows until its bias passes ~708 nats (float32: ~87), forward or backward. Score it outside autocast."""
+    return copy.deepcopy(decoder).double().eval()
+
+
+@contextmanager
+def floored_bias(decoder, floor: float) -> Iterator[None]:
+    """For the block, every head's bias (after every stage of the stack) is at least ``floor``, in fresh backends
+    as in ``capped_bias``."""
+    stack = decoder.position
+    bias_of_distance = stack.bias_of_distance
+    stack.bias_of_distance = lambda d, h, q_idx=None: bias_of_distance(d, h, q_idx).clamp_min(floor)
+    cached, decoder._backends = decoder._backends, {}
+    try:
+        yield
+    finally:
+        del stack.bias_of_distance
+        decoder._backends = cached
 
 
 @contextmanager
