@@ -308,3 +308,30 @@ def test_the_monitors_measure_in_the_dtype_the_trainer_precision_computes_in(pre
     from blindheads.callbacks.periodic import autocast_dtype
 
     assert autocast_dtype(SimpleNamespace(precision=precision)) == dtype
+
+
+def test_loss_by_position_buckets_are_the_mean_token_loss_there_and_average_to_the_windows_loss(cache_dir):
+    """LengthExtrapolation's ``at{start}``: the held-out loss on positions start..start+size-1, checked against
+    cross-entropy computed by hand on the same held-out windows."""
+    from helpers import builtin_data, cpu_trainer, tiny_lm
+
+    from blindheads.callbacks.extrapolation import LengthExtrapolation
+
+    torch.manual_seed(0)
+    data, model = builtin_data(cache_dir, 64, 2, 2), tiny_lm({"warmup_steps": 1}, context_length=64, dtype="float32")
+    callback = LengthExtrapolation(every_n_steps=None, factors=[1, 2], sequences=3, position_bucket=16)
+    trainer = cpu_trainer(max_steps=1, callbacks=[callback])
+    trainer.fit(model, datamodule=data)
+    scalars = callback.evaluate(trainer, model)
+    tokens = data.heldout_windows(3, 128)
+    with torch.no_grad():
+        logits = model.decoder(tokens[:, :-1])
+    by_hand = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none").mean(0)
+    for start in range(0, 128, 16):
+        assert scalars[f"extrapolation/2x/at{start}"] == pytest.approx(
+            by_hand[start : start + 16].mean().item(), rel=1e-5
+        )
+    assert scalars["extrapolation/2x/bucket1"] == pytest.approx(by_hand[64:].mean().item(), rel=1e-5)
+    buckets = [scalars[f"extrapolation/1x/at{s}"] for s in range(0, 64, 16)]
+    assert sum(buckets) / 4 == pytest.approx(scalars["extrapolation/1x/loss"], rel=1e-9)
+    assert not any(k.startswith("extrapolation/1x/at64") for k in scalars)

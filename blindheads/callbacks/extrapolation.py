@@ -15,17 +15,24 @@ from blindheads.modules.lm import DecoderLM
 
 
 class LengthExtrapolation(PeriodicEvaluation):
-    """Every ``every_n_steps`` steps and at ``validate``/``test``: held-out loss at ``factors`` x the training length,
-    overall and per bucket of one training length of positions (``extrapolation/4x/bucket2`` is the loss on
-    positions 2L..3L-1 of 4L-token sequences). Each rank scores its share of ``sequences`` per factor."""
+    """Every ``every_n_steps`` steps and at ``validate``/``test``: held-out loss (natural text, no episodes) at
+    ``factors`` x the training length, overall and per bucket of one training length of positions
+    (``extrapolation/4x/bucket2`` is the loss on positions 2L..3L-1 of 4L-token sequences); with ``position_bucket``
+    (tokens), also per bucket of that many positions (``extrapolation/1x/at32``: positions 32..63), the loss by
+    position inside the window. Each rank scores its share of ``sequences`` per factor."""
 
     def __init__(
-        self, every_n_steps: int | None = 500, factors: Sequence[int] = (1, 2, 4, 8), sequences: int = 2
+        self,
+        every_n_steps: int | None = 500,
+        factors: Sequence[int] = (1, 2, 4, 8),
+        sequences: int = 2,
+        position_bucket: int | None = None,
     ) -> None:
-        if sequences < 1 or any(f < 1 for f in factors):
-            raise ValueError(f"factors and sequences must be >= 1, got {list(factors)} and {sequences}")
+        if sequences < 1 or any(f < 1 for f in factors) or (position_bucket is not None and position_bucket < 1):
+            raise ValueError(f"factors, sequences and position_bucket must be >= 1, got {list(factors)}, {sequences} "
+                             f"and {position_bucket}")  # fmt: skip
         super().__init__(every_n_steps)
-        self.factors, self.sequences = list(factors), sequences
+        self.factors, self.sequences, self.position_bucket = list(factors), sequences, position_bucket
 
     @torch.no_grad()
     def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict[str, float]:
@@ -35,14 +42,18 @@ class LengthExtrapolation(PeriodicEvaluation):
             length = factor * base
             tokens = trainer.datamodule.heldout_windows(self.sequences, length)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
             mine = tokens[trainer.global_rank :: trainer.world_size].to(pl_module.device)
-            bucket_sums = torch.zeros(factor, dtype=torch.float64, device=pl_module.device)
+            position_sums = torch.zeros(length, dtype=torch.float64, device=pl_module.device)
             if len(mine):
                 with evaluating(pl_module), trainer.precision_plugin.forward_context():
-                    losses = token_losses(pl_module.decoder, mine)
-                bucket_sums += losses.double().view(len(mine), factor, base).sum(dim=(0, 2))
-            bucket_sums = trainer.strategy.reduce(bucket_sums, reduce_op="sum")
-            buckets = bucket_sums / (self.sequences * base)
+                    position_sums += token_losses(pl_module.decoder, mine).double().sum(dim=0)
+            means = trainer.strategy.reduce(position_sums, reduce_op="sum") / self.sequences  # each position's loss
+            buckets = means.view(factor, base).mean(dim=1)
             results[extrapolation_tag(factor, "loss", prefix)] = float(buckets.mean())
             results.update({extrapolation_tag(factor, f"bucket{k}", prefix): float(v) for k, v in enumerate(buckets)})
+            if self.position_bucket is not None:
+                size = self.position_bucket
+                for start in range(0, length, size):
+                    value = float(means[start : start + size].mean())
+                    results[extrapolation_tag(factor, f"at{start}", prefix)] = value
         log_scalars(trainer, pl_module, results, prefix)
         return results

@@ -18,6 +18,7 @@ from blindheads.callbacks.progress import ProgressLines
 from blindheads.callbacks.retrieval import NeedleEval, PasskeyEval
 from blindheads.callbacks.throughput import TokenThroughput
 from blindheads.callbacks.underflow import UnderflowMonitor
+from blindheads.callbacks.warm_start import WarmStart
 
 KINDS: dict[str, type[L.Callback]] = {
     "progress": ProgressLines,
@@ -30,6 +31,7 @@ KINDS: dict[str, type[L.Callback]] = {
     "needle": NeedleEval,
     "extrapolation": LengthExtrapolation,
     "recall": EpisodeRecall,
+    "warm_start": WarmStart,
 }
 
 
