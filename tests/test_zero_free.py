@@ -3,7 +3,6 @@ torch.softmax by hand) and computes what float32 computes elsewhere; a gradient 
 (autograd against the softmax's own derivative); a floor holds every bias at or above it, as a trained clamp does;
 EpisodeRecall reports both."""
 
-import copy
 import math
 
 import pytest
