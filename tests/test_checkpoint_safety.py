@@ -4,15 +4,18 @@ one line, and nothing in it runs."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from training_runs import copy_run, refusal, tiny_run_args
 from transformers import BloomConfig, BloomForCausalLM
 
 from blindheads.checkpoints import read_checkpoint
+from blindheads.cli.disk_full import no_space
 from blindheads.datamodules.cache import MARK
 from blindheads.datamodules.tokenizer import builtin_tokenizer_dir, load_tokenizer
 from blindheads.evaluation.lm_eval_adapter import BlindheadsLM, model_arguments
@@ -196,3 +199,23 @@ def test_a_checkpoint_whose_config_does_not_fit_its_weights_is_one_line(
         )
         assert (unknown.format(command) if "bogus" in decoder else problem) in message and "\n" not in message, message
     assert not (tmp_path / "runs/alibi").exists()
+
+
+def test_a_full_disk_under_export_is_one_line_and_leaves_no_model(trained_run, tmp_path):
+    staging = tmp_path / f".hf.partial-{os.getpid()}"  # where this process writes the model before renaming it
+    staging.mkdir()
+    os.symlink("/dev/full", staging / "config.json")  # every write there fails as on a full disk
+    message = refusal(
+        ["export", "--ckpt_path", str(trained_run / "checkpoints/last.ckpt"), "--out", str(tmp_path / "hf")]
+    )
+    assert re.fullmatch(
+        rf"blindheads export: error: no space left on device writing {tmp_path}/hf \([\d.]+ [KMGT]?B free on "
+        rf"{tmp_path}\): free some space, then export again",
+        message,
+    ), message
+    assert not (tmp_path / "hf").exists() and not staging.exists()
+
+    # safetensors writes the weights through a file of its own (no link is followed) and says a full disk in its
+    # own error, as on a full 1 MB tmpfs:
+    full = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert no_space(full) is not None
