@@ -192,6 +192,15 @@ class BlindheadsCLI(LightningCLI):
             trainer.callbacks.append(ResultsFile())  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         return trainer
 
+    def before_fit(self) -> None:
+        """A fit from scratch into a run directory that holds another run is refused before Lightning's set-up
+        writes anything there (``RunConfig.refuse_a_second_run``)."""
+        log_dir = self.trainer.log_dir  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        if self.config.fit.get("ckpt_path") is None and log_dir is not None:
+            for callback in self.trainer.callbacks:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                if isinstance(callback, RunConfig):
+                    callback.refuse_a_second_run(Path(log_dir))
+
     def _run_subcommand(self, subcommand: str) -> None:
         """A run refused before its first step leaves no run directory behind (``RunLock``)."""
         try:
