@@ -143,10 +143,11 @@ def expected_weights(config: DecoderConfig) -> dict[str, tuple[int, ...]]:
 
 
 def check_weights(config: DecoderConfig, state: dict[str, Any], where: str | Path) -> None:
-    """Refuse, in one line, a decoder config whose model would not hold ``state`` (the decoder's weights): keys
-    missing or unexpected, or shapes that differ (a config claiming 8 heads for 2-head weights)."""
+    """Refuse, in one line, a decoder config whose model would not hold ``state`` (the decoder's weights, or their
+    shapes as tuples): keys missing or unexpected, or shapes that differ (a config claiming 8 heads for 2-head
+    weights)."""
     expected = expected_weights(config)
-    shapes = {key: tuple(value.shape) if isinstance(value, torch.Tensor) else None for key, value in state.items()}
+    shapes = {key: tuple(value.shape) if isinstance(value, torch.Tensor) else value for key, value in state.items()}
     problems = [
         f"{key} is {shapes[key]}, the config makes {expected[key]}"
         for key in expected
