@@ -195,7 +195,7 @@ class BlindheadsCLI(LightningCLI):
     def before_fit(self) -> None:
         """A fit from scratch into a run directory that holds another run is refused before Lightning's set-up
         writes anything there (``RunConfig.refuse_a_second_run``)."""
-        log_dir = self.trainer.log_dir  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        log_dir = self.trainer.log_dir
         if self.config.fit.get("ckpt_path") is None and log_dir is not None:
             for callback in self.trainer.callbacks:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
                 if isinstance(callback, RunConfig):

@@ -158,6 +158,7 @@ def kept_record(path: Path, wanted: dict, run: Run, ran: dict | None = None) -> 
     and refused otherwise. One kept before records had digests is taken, and gets one, with a line saying so."""
     if not path.exists():
         return None
+    problem: str | None
     try:
         kept = read_json(path)
     except ValueError as error:
