@@ -285,14 +285,15 @@ def test_a_kept_record_that_does_not_match_its_run_is_rebuilt_from_it_or_refused
         (malformed, {"setup": "alibi", "seed": 0}),
         (malformed, []),
         (malformed, {"record": {}}),
-        (f"does not match its run's record ({run.directory / DONE})", forged),
+        ("does not match the record of its run", forged),
+        ("is not valid JSON", '{"options": '),
         ("names the run 'nope seed 0', not 'alibi seed 0'", {**json.loads(original), "run": "nope seed 0"}),
     ]
     for problem, kept in cases:
-        write_json(path, kept)
+        path.write_text(kept) if isinstance(kept, str) else write_json(path, kept)
         capsys.readouterr()
         assert complete(run, NoJobs(), out, wanted) == record
-        assert capsys.readouterr().out == f"{path} {problem}: rebuilt from {run.directory / DONE}\n"
+        assert capsys.readouterr().out == f"{path} {problem}: rebuilt from the finished run in {run.directory}\n"
         assert path.read_text() == original, "rebuilt from the run"
     shutil.rmtree(tmp_path / "runs")  # a checkout with the summary folder alone: nothing to rebuild from
     write_json(path, edited)

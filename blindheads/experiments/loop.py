@@ -161,8 +161,8 @@ def kept_record(path: Path, wanted: dict, run: Run, ran: dict | None = None) -> 
     problem: str | None
     try:
         kept = read_json(path)
-    except ValueError as error:
-        kept, problem = None, f"is not valid JSON ({str(error).partition('(')[2].partition(')')[0]})"
+    except ValueError:  # cut short, or edited into something else
+        kept, problem = None, "is not valid JSON"
     else:
         problem = _malformed(kept)
     if problem is None and kept["options"] != wanted:
@@ -177,7 +177,7 @@ def kept_record(path: Path, wanted: dict, run: Run, ran: dict | None = None) -> 
     if problem is None:
         return kept["record"]
     if ran is not None:
-        print(f"{path} {problem}: rebuilt from {run.directory / DONE}", flush=True)
+        print(f"{path} {problem}: rebuilt from the finished run in {run.directory}", flush=True)
         return None
     raise RunChanged(f"{path} {problem}, and {run.directory} holds no finished run to rebuild it from: remove it to "
                      f"run {run.name} again")  # fmt: skip
@@ -206,7 +206,7 @@ def _untrusted(kept: dict, run: Run, ran: dict | None) -> str | None:
     if kept.get("digest") != digest(kept["record"]):
         return "does not match its digest (edited by hand?)" if "digest" in kept else "has no digest"
     if ran is not None and kept["digest"] != digest({**run.labels, **ran}):
-        return f"does not match its run's record ({run.directory / DONE})"
+        return "does not match the record of its run"
     return unfinished(kept["record"], kept.get("max_steps"))
 
 
