@@ -107,7 +107,8 @@ def test_a_second_fit_from_scratch_into_a_run_folder_is_refused_naming_the_diffe
     have rewritten config.yaml, written last-v1.ckpt beside last.ckpt and a second events file, and left
     ``test --ckpt_path last`` on the old model: refused before anything is written, naming the difference."""
     run, _ = copied
-    args = tiny_run_args(tmp_path, cache_dir, evaluations=True, **RUN)  # the options that made the shared run
+    made_with = yaml.safe_load((run / "config.yaml").read_text())["data"]["cache_dir"]  # another xdist worker's
+    args = tiny_run_args(tmp_path, made_with, evaluations=True, **RUN)  # the options that made the shared run
     before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
     message = refusal(["fit", *args, "--model.decoder.position", "alibi(wide)", "--trainer.max_steps", "20"])
     assert message == (

@@ -116,10 +116,11 @@ class BlindheadsCLI(LightningCLI):
         if "://" not in str(ckpt_path):  # the model to be built must hold the checkpoint's weights: checked first
             decoder = config.model.decoder
             fields_ = decoder.as_dict() if hasattr(decoder, "as_dict") else dict(decoder)
-            where = f"{ckpt_path}: its decoder config"
-            check_weights(
-                config_from_fields(fields_, where), decoder_state(read_checkpoint(ckpt_path, mmap=True)), ckpt_path
-            )
+            checkpoint = read_checkpoint(ckpt_path, mmap=True)
+            if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+                raise ValueError(not_a_checkpoint(ckpt_path, KeyError("state_dict")))
+            config_ = config_from_fields(fields_, f"{ckpt_path}: its decoder config")
+            check_weights(config_, decoder_state(checkpoint), ckpt_path)
         step, max_steps = recorded_step(Path(ckpt_path)), config.trainer.get("max_steps")
         if subcommand == "fit" and step is not None and max_steps is not None and 0 <= max_steps < step:
             raise ValueError(  # an equal one is a finished run's resume (a killed grid's rerun): it ends at once
