@@ -39,5 +39,9 @@ def write_text(path: Path, text: str) -> None:
     try:
         staging.write_text(text)
         os.replace(staging, path)
+    except OSError as error:
+        if error.filename is None:  # a failed write() names no file: name the one being written (a full disk)
+            error.filename = str(path)
+        raise
     finally:
         staging.unlink(missing_ok=True)

@@ -4,7 +4,7 @@ line changes alone; ``callbacks.use`` for the ones that run; a run's config reco
 from __future__ import annotations
 
 import pytest
-from training_runs import REPO, tiny_run_args
+from training_runs import REPO, refusal, tiny_run_args
 
 from blindheads.cli.lightning import BlindheadsCLI, build_cli
 
@@ -27,6 +27,15 @@ def test_a_later_file_and_the_command_line_change_one_argument_by_name(monkeypat
 def test_an_unknown_callback_is_refused_naming_the_valid_ones(monkeypatch):
     with pytest.raises(ValueError, match=r"--callbacks.use: unknown callback 'recal'; valid: progress, .*, recall$"):
         parsed(["--config", LAPTOP, "--callbacks.use+=recal"], monkeypatch)
+
+
+@pytest.mark.parametrize("twice", ["checkpoint", "recall"])
+def test_a_callback_used_twice_is_refused(cache_dir, tmp_path, twice):
+    """``[checkpoint, checkpoint]`` ended in Lightning's traceback, ``[recall, recall]`` ran the evaluation twice."""
+    message = refusal(["fit", *tiny_run_args(tmp_path, cache_dir), f"--callbacks.use=[{twice}, {twice}]"])
+    assert message == (
+        f"blindheads fit: error: --callbacks.use names {twice} more than once; each callback runs once: give it once"
+    )
 
 
 def test_a_runs_config_record_rebuilds_its_callbacks_once(cache_dir, tmp_path):

@@ -32,6 +32,11 @@ def test_json_output_has_the_documented_keys(capsys):
     assert 0 <= report["underflow_all_pairs"] <= report["underflow_last_query"] <= 1
 
 
+def strict_json(constant: str):
+    """What a strict JSON parser does with ``Infinity`` or ``NaN``: refuse it."""
+    raise AssertionError(f"{constant} is not JSON")
+
+
 def test_threshold_and_bias_change_the_answer(capsys):
     main(
         [
@@ -49,9 +54,9 @@ def test_threshold_and_bias_change_the_answer(capsys):
             "--json",
         ]
     )
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out, parse_constant=strict_json)
     assert report["tau"] == pytest.approx(tau("float16", "subnormal"))
-    assert report["underflow_last_query"] == 0.0 and all(math.isinf(h["blind_distance"]) for h in report["heads"])
+    assert report["underflow_last_query"] == 0.0 and all(h["blind_distance"] is None for h in report["heads"])
     # what a real float16 softmax of that bias does (subnormals kept): no weight is zero
     stack = build_position("alibi(wide)+clamp", 4, 512, "float16", "subnormal")
     assert (torch.softmax(stack.dense_bias(1, 512, "cpu")[:, 0].half(), dim=-1) == 0).sum() == 0
@@ -120,6 +125,25 @@ def test_table_through_the_entry_point():
         (["--heads", "4", "--context", "0"], "--context must be between 1 and 1099511627776 tokens, got 0"),
         (["--heads", "4", "--context", "-5"], "--context must be between 1"),
         (["--heads", "2", "--bias", "alibi([1e999, 0.5])"], "ALiBi slopes must be positive and finite, got [inf, 0.5]"),
+        (
+            ["--heads", "4", "--bias", "alibi(alibi_bias_max=4)"],
+            "alibi alibi_bias_max=4 is used only by slopes=mpt (MPT's exponent range), not by slopes=press: give "
+            "slopes=mpt or drop it",
+        ),
+        (
+            ["--heads", "4", "--bias", "alibi(wide, alibi_bias_max=-8)"],
+            "not by slopes=wide: give slopes=mpt or drop it",
+        ),
+        (["--heads", "4", "--bias", "alibi(mpt, alibi_bias_max=-8)"], "alibi alibi_bias_max must be > 0, got -8"),
+        (["--heads", "4", "--bias", "alibi(mpt, alibi_bias_max=nan)"], "alibi alibi_bias_max must be finite, got nan"),
+        (["--heads", "4", "--bias", "alibi(alibi_bias_max=1e400)"], "alibi alibi_bias_max must be finite, got inf"),
+        (
+            ["--heads", "4", "--bias", "alibi(slopes=press, blind_distances=[8, 16, 32, 64])"],
+            "alibi takes slopes (press) or blind_distances ([8, 16, 32, 64]), not both",
+        ),
+        (["--heads", "4", "--bias", "alibi+clamp(floor=-1e400)"], "clamp floor must be finite, got -inf"),
+        (["--heads", "4", "--bias", "rope(theta=nan)"], "rope theta must be finite, got nan"),
+        (["--heads", "4", "--bias", "alibi+soft_cap(inf)"], "soft_cap cap must be finite, got inf"),
         (
             ["--heads", "2", "--bias", "alibi+log_distance", "--context", "1000000000000", "--softmax", "materialized"],
             "the materialized normaliser does not converge",

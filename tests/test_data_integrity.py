@@ -19,6 +19,7 @@ from test_datamodule import make_datamodule, resume_state
 from training_runs import refusal, tiny_run_args
 
 from blindheads.datamodules.builtin_corpus import builtin_corpus_dir
+from blindheads.datamodules.cache import MARK
 from blindheads.datamodules.sources import stream_documents
 from blindheads.datamodules.tokenizer import builtin_tokenizer_dir
 from blindheads.datamodules.windows import TokenWindows
@@ -60,6 +61,21 @@ def test_a_damaged_builtin_corpus_is_rebuilt_with_the_same_split(own_cache, shar
         path.write_bytes(data)
     assert split_texts(own_cache) == before
     assert f"{damage} {path.name}: rebuilding it (the same documents and split)" in caplog.text
+
+
+def test_a_damaged_corpus_folder_the_project_did_not_make_is_left_alone(own_cache):
+    split_texts(own_cache)
+    folder = builtin_corpus_dir(own_cache)
+    (folder / MARK).unlink()  # a folder of that name the project did not make
+    (folder / "shard-00002.parquet").unlink()
+    kept = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(ValueError) as refused:
+        split_texts(own_cache)
+    assert str(refused.value) == (
+        f"{folder} lost its shard shard-00002.parquet, and it was not made by blindheads (no {MARK} in it), so it "
+        "is left alone: move or delete it to rebuild the builtin corpus there, or choose another --data.cache_dir"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == kept
 
 
 @pytest.mark.parametrize("where", ["cache_dir", "tokenizer folder"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import lightning as L
@@ -14,7 +15,7 @@ from training_runs import REPO, refusal, run_cli
 from blindheads.cli import main
 from blindheads.cli.lightning import build_cli
 from blindheads.experiments import grid
-from blindheads.experiments.runner import configs, resume_option
+from blindheads.experiments.runner import Driver, configs, read_json, resume_option, write_json
 from blindheads.experiments.setups import position_of, position_setups, setup_files, setup_names
 from blindheads.experiments.summary import measured_during_training, run_rows, write_summary
 from blindheads.locks import RUN_LOCK
@@ -228,3 +229,42 @@ def test_an_interrupted_grid_stops_its_runs_saved_in_one_line(cache_dir, tmp_pat
     assert resume_option(run_dir) == ["--ckpt_path", "last"]
     assert not (runs / "nope/seed0.fit.log").exists(), "the run queued behind it starts nothing"
     assert [p.name for p in (tmp_path / "runs-summary").iterdir()] == ["options.json"], "no summary of half runs"
+
+
+def test_a_part_too_short_for_any_run_still_writes_a_summary_naming_the_rest(tmp_path, capsys):
+    out = tmp_path / "out"
+    grid.main(["--setups", "alibi", "nope", "--seeds", "0", "--hours", "1e-9", "--runs", str(tmp_path / "runs"),
+               "--out", str(out)])  # fmt: skip
+    assert (out / "summary.md").read_text() == (
+        "No run is done yet.\n\n0 of 2 runs done; the same command runs the rest: alibi seed 0, nope seed 0.\n"
+    )
+    assert json.loads((out / "results.json").read_text())["remaining"] == ["alibi seed 0", "nope seed 0"]
+    assert "0 of 2 runs done after --hours 1e-09" in capsys.readouterr().out
+
+
+def test_a_full_disk_under_out_is_one_line_and_the_finished_run_is_kept_once_there_is_room(tmp_path, monkeypatch):
+    """The record of a finished run cannot be written to OUT/records (its staging file writes to /dev/full): one
+    line naming that file and the command to rerun; rerun with room, the run is not run again and its record is
+    kept."""
+    launched = []
+
+    def launch(self, command, run_dir):  # the fit and test of a run, as far as the loop can see
+        launched.append(command[0])
+        write_json(run_dir / "results.json", {"global_step": 3})
+        if len(launched) == 2:  # the disk fills as the first test ends
+            records.mkdir(parents=True)
+            os.symlink("/dev/full", records / f".alibi-seed-0.json.partial-{os.getpid()}")
+
+    monkeypatch.setattr(Driver, "launch", launch)
+    out, records = tmp_path / "out", tmp_path / "out/records"
+    command = ["grid", "--setups", "alibi", "--seeds", "0", "--runs", str(tmp_path / "runs"), "--out", str(out)]
+    message = refusal(command)
+    assert re.fullmatch(
+        rf"blindheads grid: error: no space left on device writing {records}/alibi-seed-0.json \([\d.]+ [KMGT]?B "
+        rf"free on {records}\): free some space, then run the same command again",
+        message,
+    ), message
+    assert launched == ["fit", "test"]
+    grid.main(command[1:])
+    assert launched == ["fit", "test"], "the finished run is not run again"
+    assert read_json(records / "alibi-seed-0.json")["record"]["global_step"] == 3

@@ -185,3 +185,27 @@ def test_a_blindheads_export_is_probed_without_a_prompt_and_a_made_up_name_fails
     lines = made_up.stderr.strip().splitlines()
     assert made_up.returncode != 0 and lines[-1].startswith("blindheads probe: error: "), made_up.stderr
     assert "Traceback" not in made_up.stderr and len(lines) <= 3, made_up.stderr
+
+
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        ({"num_heads": 8, "num_kv_heads": 4},
+         "its decoder config does not match its weights: position.components.0.fixed_slopes is (4,), the config "
+         "makes (8,)"),
+        ({"bogus": 1}, "config.json: its decoder_fields has unknown keys bogus; valid: vocab_size, "),
+    ],
+    ids=["8 heads for 4-head weights", "an unknown key"],
+)  # fmt: skip
+def test_an_export_whose_config_does_not_fit_its_weights_is_one_line(trained_run, tmp_path, fields, problem):
+    from training_runs import refusal
+
+    from blindheads.export.directory import export
+
+    export(trained_run / "checkpoints/last.ckpt", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf/config.json").read_text())
+    config["decoder_fields"].update(fields)  # edited by hand
+    (tmp_path / "hf/config.json").write_text(json.dumps(config))
+    message = refusal(["probe", "--model", str(tmp_path / "hf"), "--lengths", "64", "--out", str(tmp_path / "p")])
+    assert message.startswith(f"blindheads probe: error: {tmp_path / 'hf'}") and problem in message, message
+    assert "\n" not in message and not (tmp_path / "p").exists()

@@ -11,7 +11,7 @@ import torch
 import yaml
 from helpers import builtin_data
 from torch import nn
-from training_runs import TINY_TESTED_RUN, refusal, run_cli
+from training_runs import TINY_TESTED_RUN, copy_run, refusal, run_cli
 
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.cli.recheck import within
@@ -190,4 +190,29 @@ def test_a_directory_that_is_no_tested_run_is_one_error_line(make, expected, tmp
     make(run)
     message = refusal(["recheck", str(run), "--out", str(tmp_path / "out")])
     assert message.startswith("blindheads recheck: error: ") and expected in message and "\n" not in message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "decoder, problem",
+    [
+        ({"num_heads": 8, "num_kv_heads": 4}, "model.decoder.num_heads: 8 in the config, 4 in the checkpoint; "
+         "model.decoder.num_kv_heads: 4 in the config, 2 in the checkpoint"),
+        ({"bogus": 1}, "model.decoder.bogus: unknown"),
+    ],
+    ids=["8 heads for 4-head weights", "an unknown key"],
+)  # fmt: skip
+def test_a_tested_run_whose_config_was_edited_after_it_is_one_line(trained_run, tmp_path, decoder, problem):
+    """config.test.yaml (what recheck rebuilds the run from) edited by hand: refused before anything is built."""
+    run = copy_run(trained_run, tmp_path)
+    (run / "results.json").write_text(json.dumps({"global_step": 20}))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["model"]["decoder"].update(decoder)
+    config["callbacks"]["use"].append("recall")
+    (run / "config.test.yaml").write_text(yaml.safe_dump(config))
+    message = refusal(["recheck", str(run), "--out", str(tmp_path / "out")])
+    assert message == (
+        f"blindheads recheck: error: {run}: its config's model differs from checkpoints/last.ckpt's ({problem}): "
+        "the config was edited after the run; restore it"
+    ), message
     assert not (tmp_path / "out").exists()

@@ -100,3 +100,30 @@ def release(fifo) -> None:
     """Open the FIFO's writing end and close it: a reader waiting on it gets an empty file."""
     with contextlib.suppress(OSError):  # no reader: nothing to release
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_second_fit_from_scratch_into_a_run_folder_is_refused_naming_the_difference(copied, cache_dir, tmp_path):
+    """As a new user would: the same fit again with one option changed (and fewer steps), no --ckpt_path. It would
+    have rewritten config.yaml, written last-v1.ckpt beside last.ckpt and a second events file, and left
+    ``test --ckpt_path last`` on the old model: refused before anything is written, naming the difference."""
+    run, _ = copied
+    made_with = yaml.safe_load((run / "config.yaml").read_text())["data"]["cache_dir"]  # another xdist worker's
+    args = tiny_run_args(tmp_path, made_with, evaluations=True, **RUN)  # the options that made the shared run
+    before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    message = refusal(["fit", *args, "--model.decoder.position", "alibi(wide)", "--trainer.max_steps", "20"])
+    assert message == (
+        f"blindheads fit: error: {run} already holds a run with other options (model.decoder.position 'alibi' -> "
+        "'alibi(wide)'): a fit without --ckpt_path would mix two runs in one folder; give this run another "
+        "--trainer.logger.init_args.version (or remove the folder), or resume the run there with --ckpt_path last"
+    ), message
+    message = refusal(["fit", *args])  # the same options: it would start over beside its checkpoints
+    assert (
+        message.startswith(f"blindheads fit: error: {run} already holds a run that saved ") and "last.ckpt" in message
+    )
+    assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == before
+    assert not (run.parent / "run").joinpath("checkpoints/last-v1.ckpt").exists()
+    other = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "wide"})
+    main(["fit", *other, "--model.decoder.position", "alibi(wide)", "--trainer.max_steps", "2"])  # another folder
+    assert (
+        yaml.safe_load((run.parent / "wide/config.yaml").read_text())["model"]["decoder"]["position"] == "alibi(wide)"
+    )

@@ -9,11 +9,12 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 from training_runs import REPO, refusal
 
 from blindheads.analysis.paths import CALLBACK_DEFAULTS
 from blindheads.experiments import grid
-from blindheads.experiments.loop import DONE, Run, complete
+from blindheads.experiments.loop import DONE, Run, complete, digest
 from blindheads.experiments.runner import (
     DRIVER_LOCK,
     RUN_LOCK,
@@ -202,13 +203,16 @@ def test_every_results_file_records_the_command_seeds_machine_and_versions():
     assert record["versions"]["torch"] == version("torch") and "CPUs" in record["machine"] and record["date"]
 
 
+class NoJobs:
+    """A driver for runs that are done: asked to run anything, it fails."""
+
+    def launch(self, command, run_dir):
+        raise AssertionError(f"{run_dir} was run again")
+
+
 def test_a_done_run_is_not_run_again_whichever_marker_recorded_it(tmp_path):
     """``done.json`` marks a run done; so does the ``results.json`` an older grid left (its only marker then), as
     in the runs behind results/recall_by_distance/. A run with neither is run."""
-
-    class NoJobs:
-        def launch(self, command, run_dir):
-            raise AssertionError(f"{run_dir} was run again")
 
     labels, out, wanted = {"setup": "nope", "seed": 0}, tmp_path / "out", identity([], [])
     grid_run, other_run = tmp_path / "grid/nope/seed0", tmp_path / "other/nope/seed0"
@@ -216,8 +220,9 @@ def test_a_done_run_is_not_run_again_whichever_marker_recorded_it(tmp_path):
     write_json(other_run / DONE, {"condition": "nope", "seed": 0, "wall_s": 2.5})
     assert complete(Run("nope", grid_run, labels, [], [], ("fit", "test")), NoJobs(), out, wanted)["global_step"] == 3
     assert complete(Run("nope", other_run, labels, [], []), NoJobs(), out, wanted)["wall_s"] == 2.5
+    assert (out / "records/nope.json").is_file(), "a run found done in its directory is kept in the summary folder"
     with pytest.raises(AssertionError, match="was run again"):
-        complete(Run("nope", tmp_path / "fresh", labels, [], []), NoJobs(), out, wanted)
+        complete(Run("fresh", tmp_path / "fresh", labels, [], []), NoJobs(), out, wanted)
 
 
 def test_a_record_kept_in_the_summary_folder_is_a_done_run_on_any_checkout(tmp_path):
@@ -238,7 +243,8 @@ def test_a_record_kept_in_the_summary_folder_is_a_done_run_on_any_checkout(tmp_p
     record = complete(run, Jobs(), out, wanted)
     assert Jobs.launched == [["conjecture-arm", "--a", "1"]], "no checkpoint option for a non-Lightning command"
     kept = json.loads((out / "records/alibi-seed-0.json").read_text())
-    assert kept == {"options": wanted, "record": record} and record["answer"] == 42
+    assert kept == {"options": wanted, "run": "alibi seed 0", "digest": digest(record), "max_steps": None,
+                    "record": record} and record["answer"] == 42  # fmt: skip
     shutil.rmtree(tmp_path / "runs")  # a fresh checkout: only the committed summary folder
     assert complete(run, Jobs(), out, wanted) == record and len(Jobs.launched) == 1
     with pytest.raises(
@@ -247,3 +253,82 @@ def test_a_record_kept_in_the_summary_folder_is_a_done_run_on_any_checkout(tmp_p
         complete(run, Jobs(), out, identity(["--a", "2"], []))
     late = Run("nope seed 0", tmp_path / "runs/nope/seed0", {"setup": "nope"}, [], [], ("conjecture-arm",))
     assert complete(late, Jobs(), out, identity([], []), deadline=0.0) is None and len(Jobs.launched) == 1
+
+
+class DriverThatTests:
+    """A driver whose ``test`` writes the results of step ``step`` (and whose ``fit`` does nothing); it lists what
+    it was asked to run."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.launched = step, []
+
+    def launch(self, command, run_dir):
+        self.launched.append(command)
+        if command[0] == "test":
+            write_json(run_dir / "results.json", {"global_step": self.step, "exact": 0.0})
+
+
+def test_a_kept_record_that_does_not_match_its_run_is_rebuilt_from_it_or_refused(tmp_path, capsys):
+    """Edited by hand (0.99 for 0.0), replaced by labels alone, malformed, or naming another run: rebuilt from the
+    run's done.json with a line saying so; with no run to rebuild it from, refused in one line."""
+    out, run = tmp_path / "out", Run("alibi seed 0", tmp_path / "runs/alibi/seed0", {"setup": "alibi", "seed": 0},
+                                     ["--a"], [], ("test",))  # fmt: skip
+    wanted, path = identity(run.options, []), tmp_path / "out/records/alibi-seed-0.json"
+    record = complete(run, DriverThatTests(step=3), out, wanted)
+    original = path.read_text()
+    edited = json.loads(original)
+    edited["record"]["exact"] = 0.99
+    forged = {**edited, "digest": digest(edited["record"])}  # edited with a digest to match
+    malformed = "is not a kept record (a JSON object with options, run, digest and record)"
+    cases = [
+        ("does not match its digest (edited by hand?)", edited),
+        (malformed, {"setup": "alibi", "seed": 0}),
+        (malformed, []),
+        (malformed, {"record": {}}),
+        ("does not match the record of its run", forged),
+        ("is not valid JSON", '{"options": '),
+        ("names the run 'nope seed 0', not 'alibi seed 0'", {**json.loads(original), "run": "nope seed 0"}),
+    ]
+    for problem, kept in cases:
+        path.write_text(kept) if isinstance(kept, str) else write_json(path, kept)
+        capsys.readouterr()
+        assert complete(run, NoJobs(), out, wanted) == record
+        assert capsys.readouterr().out == f"{path} {problem}: rebuilt from the finished run in {run.directory}\n"
+        assert path.read_text() == original, "rebuilt from the run"
+    shutil.rmtree(tmp_path / "runs")  # a checkout with the summary folder alone: nothing to rebuild from
+    write_json(path, edited)
+    with pytest.raises(RunChanged) as refused:
+        complete(run, NoJobs(), out, wanted)
+    assert str(refused.value) == (
+        f"{path} does not match its digest (edited by hand?), and {run.directory} holds no finished run to rebuild "
+        "it from: remove it to run alibi seed 0 again"
+    )
+    write_json(path, {"options": wanted, "record": record})  # kept before records had digests
+    assert complete(run, NoJobs(), out, wanted) == record and "its digest added" in capsys.readouterr().out
+    assert path.read_text() == original
+
+
+def test_an_interrupted_run_tested_by_hand_resumes_to_its_max_steps(tmp_path, capsys):
+    """SIGTERM to a grid left the run at step 102 of 400 (last.ckpt); ``blindheads test --ckpt_path last`` by hand
+    wrote its results.json; the same grid command resumes the fit, not counting the run as done at step 102."""
+    run = Run("alibi seed 0", tmp_path / "runs/alibi/seed0", {"setup": "alibi"}, ["--o"], [], ("fit", "test"))
+    (run.directory / "checkpoints").mkdir(parents=True)
+    torch.save({"global_step": 102}, run.directory / "checkpoints/last.ckpt")
+    (run.directory / "config.yaml").write_text("trainer:\n  max_steps: 400\n")
+    write_json(run.directory / "results.json", {"global_step": 102, "exact": 0.0})  # the test by hand
+    out, wanted = tmp_path / "out", identity(run.options, [])
+    driver = DriverThatTests(step=400)
+    record = complete(run, driver, out, wanted)
+    assert driver.launched == [["fit", "--o", "--ckpt_path", "last"], ["test", "--o", "--ckpt_path", "last"]]
+    assert record["global_step"] == 400 and record["resumed"]
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{run.directory / 'results.json'} is of step 102, before the fit's max_steps 400 (an interrupted run tested "
+        "by hand?): the run is not done, so it runs on"
+    )
+    kept = read_json(out / "records/alibi-seed-0.json")
+    assert kept["max_steps"] == 400 and kept["record"]["global_step"] == 400
+    kept["record"]["global_step"] = 102  # a kept record of the interrupted step: refused on a bare checkout
+    write_json(out / "records/alibi-seed-0.json", {**kept, "digest": digest(kept["record"])})
+    shutil.rmtree(tmp_path / "runs")
+    with pytest.raises(RunChanged, match="is of step 102, before the fit's max_steps 400"):
+        complete(run, NoJobs(), out, wanted)

@@ -116,8 +116,9 @@ def main(argv: list[str] | None = None) -> None:
         full = no_space(error)
         if full is None:
             raise
-        if not isinstance(full, DiskFull):
-            full = DiskFull(full.filename or ".")
+        if not isinstance(full, DiskFull):  # a fit resumes from its checkpoint; any other command runs again
+            advice = "free some space, then resume with --ckpt_path last" if argv[0] == "fit" else None
+            full = DiskFull(full.filename or ".", advice=advice)
         sys.exit(f"blindheads {argv[0]}: error: {full}")
 
 

@@ -56,7 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object instead of a table (a head never blind has blind_distance Infinity)",
+        help="print one strict JSON object instead of a table (a head never blind has blind_distance null)",
     )
     args = parser.parse_args(argv)
     if args.config is None and args.heads is None:
@@ -106,6 +106,16 @@ def settings(args: argparse.Namespace) -> dict:
     return given | {name: value for name, value in flags.items() if value is not None}
 
 
+def strict(value):
+    """``value`` with every non-finite number as ``None``: JSON has no Infinity (strict parsers reject it), and a
+    blind distance of infinity means never blind, which ``null`` says."""
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(item) for item in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     run = settings(args)
@@ -114,6 +124,6 @@ def main(argv: list[str]) -> None:
     report = blindness_report(stack, run["context"], run["dtype"], run["threshold"], args.softmax)
     spec = run["spec"]
     if args.json:
-        print(json.dumps(report.to_dict()))
+        print(json.dumps(strict(report.to_dict()), allow_nan=False))
     else:
         print(format_table(report, spec if isinstance(spec, str) else json.dumps(spec)))

@@ -50,9 +50,16 @@ def add_callback_set(parser) -> None:
 
 
 def check_used(callbacks) -> None:
+    """Every name in ``callbacks.use`` one of the set's, each once: a second ``recall`` would run the same evaluation
+    twice, a second ``checkpoint`` two savers of one file."""
     unknown = [name for name in callbacks.use if name not in KINDS]
     if unknown:
         raise ValueError(f"--callbacks.use: unknown callback {unknown[0]!r}; valid: {', '.join(KINDS)}")
+    twice = sorted({name for name in callbacks.use if callbacks.use.count(name) > 1})
+    if twice:
+        raise ValueError(
+            f"--callbacks.use names {', '.join(twice)} more than once; each callback runs once: give it once"
+        )
 
 
 def used(callbacks) -> list[tuple[type[L.Callback], dict]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from blindheads.checkpoints import newest_intact
 
+FULL_TEXTS = ("No space left on device", "StorageFull")  # how writers that raise their own errors say it (safetensors)
 LEAST_FREE = 1_000_000  # bytes a run needs to start (its lock, config, first event file): below it, the disk is full
 
 
@@ -20,24 +21,29 @@ def no_space(error: BaseException | None) -> OSError | None:
         seen.add(id(error))
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return error
+        if not isinstance(error, OSError) and any(text in str(error) for text in FULL_TEXTS):  # safetensors' own
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         error = error.__cause__ or error.__context__
     return None
 
 
 class DiskFull(OSError):
-    """A write that ran out of space, in one line: the file, the space left there, and the checkpoint to resume from
-    (``--ckpt_path last`` takes the newest intact one)."""
+    """A write that ran out of space, in one line: the file, the space left there, and what to do: for a run's
+    checkpoint (``checkpoints``, its folder), the newest intact one and ``--ckpt_path last``; otherwise ``advice``
+    (by default: free some space and run the same command again, which continues where it stopped)."""
 
-    def __init__(self, path: str | Path, checkpoints: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path, checkpoints: str | Path | None = None, advice: str | None = None) -> None:
         path = Path(path)
         existing = _existing(path.parent)
         free = shutil.disk_usage(existing).free
-        resume = newest_intact(Path(checkpoints)) if checkpoints is not None else None
-        then = f"the newest intact checkpoint is {resume}; " if resume else ""
+        if checkpoints is not None:
+            resume = newest_intact(Path(checkpoints))
+            then = f"the newest intact checkpoint is {resume}; " if resume else ""
+            advice = f"{then}free some space, then resume with --ckpt_path last"
         super().__init__(
             errno.ENOSPC,
-            f"no space left on device writing {path} ({_size(free)} free on {existing}): {then}free some space, then "
-            "resume with --ckpt_path last",
+            f"no space left on device writing {path} ({_size(free)} free on {existing}): "
+            f"{advice or 'free some space, then run the same command again'}",
         )
 
     def __str__(self) -> str:

@@ -18,7 +18,15 @@ from blindheads.arguments import class_path_error
 from blindheads.callbacks.layout import TensorBoardLayout
 from blindheads.callbacks.progress import count_steps_in_progress_bar
 from blindheads.callbacks.results import ResultsFile
-from blindheads.checkpoints import check_regular_file, newest_intact, recorded_step
+from blindheads.checkpoints import (
+    check_regular_file,
+    check_weights,
+    config_from_fields,
+    decoder_state,
+    newest_intact,
+    read_checkpoint,
+    recorded_step,
+)
 from blindheads.cli import callback_set
 from blindheads.cli.checkpoint_files import KeepWritingLast
 from blindheads.cli.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
@@ -97,11 +105,22 @@ class BlindheadsCLI(LightningCLI):
         given = deepcopy(config.get("model"))
         try:
             super()._parse_ckpt_path()
+        except ArgumentError as error:  # hyperparameters this model does not take (an unknown key)
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValueError(f"{ckpt_path}: its hyperparameters do not fit the model: {first}") from None
         except Exception as error:
             raise ValueError(not_a_checkpoint(ckpt_path, error)) from None
         config = self.config[subcommand]  # parsing the checkpoint's options made a new namespace
         self._name_replaced_options(replaced_options(given, config.get("model")))
         check_precision(config.trainer.get("precision"), config.model.decoder.dtype, ckpt_path)
+        if "://" not in str(ckpt_path):  # the model to be built must hold the checkpoint's weights: checked first
+            decoder = config.model.decoder
+            fields_ = decoder.as_dict() if hasattr(decoder, "as_dict") else dict(decoder)
+            checkpoint = read_checkpoint(ckpt_path, mmap=True)
+            if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+                raise ValueError(not_a_checkpoint(ckpt_path, KeyError("state_dict")))
+            config_ = config_from_fields(fields_, f"{ckpt_path}: its decoder config")
+            check_weights(config_, decoder_state(checkpoint), ckpt_path)
         step, max_steps = recorded_step(Path(ckpt_path)), config.trainer.get("max_steps")
         if subcommand == "fit" and step is not None and max_steps is not None and 0 <= max_steps < step:
             raise ValueError(  # an equal one is a finished run's resume (a killed grid's rerun): it ends at once
@@ -173,6 +192,15 @@ class BlindheadsCLI(LightningCLI):
         if self.subcommand == "test":
             trainer.callbacks.append(ResultsFile())  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
         return trainer
+
+    def before_fit(self) -> None:
+        """A fit from scratch into a run directory that holds another run is refused before Lightning's set-up
+        writes anything there (``RunConfig.refuse_a_second_run``)."""
+        log_dir = self.trainer.log_dir
+        if self.config.fit.get("ckpt_path") is None and log_dir is not None:
+            for callback in self.trainer.callbacks:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                if isinstance(callback, RunConfig):
+                    callback.refuse_a_second_run(Path(log_dir))
 
     def _run_subcommand(self, subcommand: str) -> None:
         """A run refused before its first step leaves no run directory behind (``RunLock``)."""

@@ -5,7 +5,7 @@ evaluation callbacks asked for from its config, exactly as the run configured th
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import lightning as L
@@ -13,7 +13,7 @@ import torch
 import yaml
 from lightning.pytorch.plugins.precision import Precision
 
-from blindheads.checkpoints import checkpoint_decoder, load_checkpoint
+from blindheads.checkpoints import checkpoint_decoder, decoder_config, load_checkpoint
 from blindheads.cli.callback_set import KINDS
 from blindheads.cli.lightning import build_cli
 from blindheads.datamodules.fineweb import FineWebEdu
@@ -81,6 +81,26 @@ def _class_name(callback) -> str | None:
     return str(callback.get("class_path", "")).rpartition(".")[2] if isinstance(callback, dict) else None
 
 
+def model_of(run_dir: Path, config: dict, checkpoint: dict) -> dict:
+    """The checkpoint's decoder fields (checked against its weights), which the run's config must state as they are:
+    a config edited after the run (8 heads for 4-head weights, an unknown field) is refused, naming what differs,
+    before anything is built from it."""
+    saved = asdict(decoder_config(checkpoint, run_dir / CHECKPOINT))
+    model = config.get("model")
+    stated = model.get("decoder") if isinstance(model, dict) else None
+    stated = stated if isinstance(stated, dict) else {}
+    differ = [
+        f"model.decoder.{key}: {value!r} in the config, {saved[key]!r} in the checkpoint" if key in saved
+        else f"model.decoder.{key}: unknown"
+        for key, value in stated.items()
+        if value is not None and (key not in saved or value != saved[key])
+    ]  # fmt: skip
+    if differ:
+        raise ValueError(f"{run_dir}: its config's model differs from {CHECKPOINT}'s ({'; '.join(differ)}): the "
+                         "config was edited after the run; restore it")  # fmt: skip
+    return saved
+
+
 def load_run(run_dir: str | Path, kinds: tuple[type[L.Callback], ...], device: str | None = None) -> Loaded:
     """The run rebuilt (see ``Loaded``); a directory that is no tested run is refused in one line."""
     run_dir = Path(run_dir)
@@ -95,6 +115,7 @@ def load_run(run_dir: str | Path, kinds: tuple[type[L.Callback], ...], device: s
     if results.get("global_step") not in (None, step):
         raise ValueError(f"{run_dir}: results.json is of step {results['global_step']}, {CHECKPOINT} of step {step}: "
                          "the committed results are another checkpoint's")  # fmt: skip
+    config["model"] = {**(config.get("model") or {}), "decoder": model_of(run_dir, config, checkpoint)}
     try:
         with warnings.catch_warnings():  # LightningCLI's advice against options both given and on sys.argv
             warnings.filterwarnings("ignore", message=r".*args parameter is intended to run from within Python")

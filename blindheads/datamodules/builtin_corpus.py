@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from blindheads.datamodules.cache import cache_folder
+from blindheads.datamodules.cache import cache_folder, check_made, mark
 from blindheads.datamodules.fingerprint import sha256_of
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ def write_builtin_corpus(cache_dir: str | Path, num_shards: int = 8) -> list[Pat
     damage = _damage(target)
     if damage:
         if target.exists():
+            check_made(target, "the builtin corpus", damage)  # anyone's folder is never moved aside and removed
             log.warning(f"the builtin corpus in {target} {damage}: rebuilding it (the same documents and split)")
         _build(target, num_shards)
     return [target / name for name in json.loads((target / MANIFEST).read_text())]
@@ -104,6 +105,7 @@ def _build(target: Path, num_shards: int) -> None:
         pq.write_table(pa.table({"text": list(texts), "id": list(ids)}), staging / name)
         manifest[name] = sha256_of(staging / name)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    mark(staging)
     damaged = Path(tempfile.mkdtemp(dir=target.parent, prefix=".damaged-"))
     with contextlib.suppress(FileNotFoundError):  # nothing there, or another process moved it first
         os.rename(target, damaged / target.name)

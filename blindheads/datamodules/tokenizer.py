@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from blindheads.datamodules.builtin_corpus import builtin_documents
-from blindheads.datamodules.cache import cache_folder
+from blindheads.datamodules.cache import cache_folder, mark, remove_made
 from blindheads.datamodules.hub import require_hub
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,15 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("BLINDHEADS_CACHE", Path.home() / ".cache" / "blindheads"))
 
 
+BUILTIN_VOCAB = (257, 1 << 20)  # the byte alphabet and EOS at least; a bound no embedding table comes near
+
+
 def builtin_tokenizer_dir(cache_dir: str | Path, vocab_size: int) -> Path:
+    """The builtin tokenizer's folder in ``cache_dir``: its name holds ``vocab_size``, which must be an integer (a
+    checkpoint's ``"1024/../../x"`` would name a folder anywhere)."""
+    low, high = BUILTIN_VOCAB
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not low <= vocab_size <= high:
+        raise ValueError(f"builtin_vocab_size must be an integer from {low} to {high}, got {vocab_size!r}")
     return Path(cache_dir) / f"builtin-tokenizer-{vocab_size}"
 
 
@@ -50,6 +58,7 @@ def train_builtin_tokenizer(cache_dir: str | Path, vocab_size: int = 4096) -> Pa
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
     PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=EOS).save_pretrained(staging)
+    mark(staging)
     try:
         os.rename(staging, target)
     except OSError:  # another process finished first
@@ -87,8 +96,9 @@ def load_tokenizer(name: str, cache_dir: str | Path, builtin_vocab_size: int = 4
         if name != BUILTIN:
             raise ValueError(f"tokenizer {name!r}: the files in {path} cannot be read ({type(error).__name__}: "
                              f"{str(error)[:120]}); delete them to download them again") from None  # fmt: skip
-        log.warning(f"the cached builtin tokenizer in {path} cannot be read ({type(error).__name__}); rebuilding it")
-        shutil.rmtree(path, ignore_errors=True)
+        why = f"cannot be read ({type(error).__name__})"
+        remove_made(Path(path), "the builtin tokenizer", why)  # only a folder the project made is ever removed
+        log.warning(f"the cached builtin tokenizer in {path} {why}; rebuilding it")
         tokenizer = _from_pretrained(resolve_tokenizer_path(name, cache_dir, builtin_vocab_size))
     if tokenizer.eos_token_id is None:
         raise ValueError(f"tokenizer {name!r} has no EOS token to separate documents")

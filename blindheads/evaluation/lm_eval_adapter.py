@@ -42,7 +42,9 @@ class BlindheadsLM(TemplateLM):
             device = "cpu"  # lm_eval's CLI asks for cuda by default
         if ckpt_path is not None:
             checkpoint = load_checkpoint(ckpt_path)  # once: weights and tokenizer settings from the same load
-            decoder, tokenizer = checkpoint_decoder(checkpoint).to(device), checkpoint_tokenizer(checkpoint)
+            decoder = checkpoint_decoder(checkpoint, ckpt_path).to(device)
+            if tokenizer is None or isinstance(tokenizer, str):  # a name or path given, else the run's own
+                tokenizer = checkpoint_tokenizer(checkpoint, tokenizer)
         if decoder is None or tokenizer is None:
             raise ValueError("give model_args ckpt_path=PATH (or a decoder and its tokenizer)")
         self.decoder, self.tokenizer = decoder.eval(), tokenizer

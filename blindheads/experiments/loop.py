@@ -13,12 +13,16 @@ other options is refused, naming the difference.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+import yaml
 
 from blindheads.experiments.runner import (
     RECORDS,
@@ -101,12 +105,18 @@ def record_path(out: Path, run: Run) -> Path:
 
 
 def complete(run: Run, driver: Driver, out: Path, wanted: dict, deadline: float | None = None) -> dict | None:
-    """The run's record: read where it is kept, else made by running its commands (with its wall time, and
-    ``resumed`` where it continued a killed run: the wall time counts only the part after the resume) and kept in
+    """The run's record: read where it is kept (``kept_record``), else from its run directory when it is done there
+    (``done_record``; then kept in the summary folder too), else made by running its commands (with its wall time,
+    and ``resumed`` where it continued a killed run: the wall time counts only the part after the resume) and kept in
     the summary folder at once; None where ``deadline`` passed before it could start."""
-    done = kept_record(record_path(out, run), wanted) or done_record(run.directory)
-    if done is not None:
-        return {**run.labels, **done}
+    path = record_path(out, run)
+    ran = done_record(run.directory)
+    kept = kept_record(path, wanted, run, ran)
+    if kept is not None:
+        return {**run.labels, **kept}
+    if ran is not None:
+        keep(path, run, wanted, {**run.labels, **ran})
+        return {**run.labels, **ran}
     if deadline is not None and time.monotonic() > deadline:
         return None
     resume = resume_option(run.directory)
@@ -122,25 +132,113 @@ def complete(run: Run, driver: Driver, out: Path, wanted: dict, deadline: float 
     if resume:
         record["resumed"] = True
     write_json(run.directory / DONE, record)
-    write_json(record_path(out, run), {"options": wanted, "record": record}, compact=True)
+    keep(path, run, wanted, record)
     print(f"{run.name}: done in {record['wall_s']:.0f} s", flush=True)
     return record
 
 
-def kept_record(path: Path, wanted: dict) -> dict | None:
-    """The record the summary folder keeps at ``path``, if any; refused if made with other options."""
+def digest(record: dict) -> str:
+    """The SHA-256 of a record's canonical JSON (keys sorted, no spaces): what ties a kept record to its run's."""
+    canonical = json.dumps(json.loads(json.dumps(record)), sort_keys=True, separators=(",", ":"))  # as read back
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def keep(path: Path, run: Run, wanted: dict, record: dict) -> None:
+    """Keep ``record`` in the summary folder: with the options that made it, the run it copies, its digest and the
+    fit's ``max_steps`` (where the run has a fit) that its step must reach."""
+    kept = {"options": wanted, "run": run.name, "digest": digest(record), "max_steps": fit_steps(run.directory)}
+    write_json(path, {**kept, "record": record}, compact=True)
+
+
+def kept_record(path: Path, wanted: dict, run: Run, ran: dict | None = None) -> dict | None:
+    """The record the summary folder keeps at ``path``, if it is one to trust: made with these options (else refused,
+    naming the difference), naming ``run``, its record matching its digest and, where the run directory holds a
+    finished run (``ran``, its record), that run's record, of a fit that reached its ``max_steps``. One that fails
+    is rebuilt from the run directory where it holds the finished run (``None`` is returned, and a line says so),
+    and refused otherwise. One kept before records had digests is taken, and gets one, with a line saying so."""
     if not path.exists():
         return None
-    kept = read_json(path)
-    if kept["options"] != wanted:
+    problem: str | None
+    try:
+        kept = read_json(path)
+    except ValueError:  # cut short, or edited into something else
+        kept, problem = None, "is not valid JSON"
+    else:
+        problem = _malformed(kept)
+    if problem is None and kept["options"] != wanted:
         raise RunChanged(f"{path} was made with other options ({difference(kept['options'], wanted)}); remove it to "
                          "run it again with these, or pass another --out")  # fmt: skip
-    return kept["record"]
+    if problem is None and "digest" not in kept and ran is None:
+        print(f"{path} was kept before records had digests: taken as it is, and its digest added", flush=True)
+        keep(path, run, wanted, kept["record"])
+        return kept["record"]
+    if problem is None:
+        problem = _untrusted(kept, run, ran)
+    if problem is None:
+        return kept["record"]
+    if ran is not None:
+        print(f"{path} {problem}: rebuilt from the finished run in {run.directory}", flush=True)
+        return None
+    raise RunChanged(f"{path} {problem}, and {run.directory} holds no finished run to rebuild it from: remove it to "
+                     f"run {run.name} again")  # fmt: skip
+
+
+def _malformed(kept) -> str | None:
+    """What makes ``kept`` no kept record (a JSON object of options, run, digest and record), else None."""
+    if (
+        not isinstance(kept, dict)
+        or not isinstance(kept.get("options"), dict)
+        or not isinstance(kept.get("record"), dict)
+    ):
+        return "is not a kept record (a JSON object with options, run, digest and record)"
+    if not all(
+        isinstance(kept["options"].get(key), kind)
+        for key, kind in (("options", list), ("env", dict), ("configs", dict))
+    ):
+        return "is not a kept record (its options are not those of a run)"
+    return None
+
+
+def _untrusted(kept: dict, run: Run, ran: dict | None) -> str | None:
+    """Why a well-formed kept record cannot be taken for ``run`` (whose finished record is ``ran``), else None."""
+    if "digest" in kept and kept.get("run") != run.name:
+        return f"names the run {kept.get('run')!r}, not {run.name!r}"
+    if kept.get("digest") != digest(kept["record"]):
+        return "does not match its digest (edited by hand?)" if "digest" in kept else "has no digest"
+    if ran is not None and kept["digest"] != digest({**run.labels, **ran}):
+        return "does not match the record of its run"
+    return unfinished(kept["record"], kept.get("max_steps"))
+
+
+def unfinished(record: dict, max_steps) -> str | None:
+    """Why ``record`` is of a fit that stopped before its ``max_steps`` (its ``global_step`` lower), else None."""
+    step = record.get("global_step")
+    if isinstance(step, int) and isinstance(max_steps, int) and step < max_steps:
+        return f"is of step {step}, before the fit's max_steps {max_steps} (an interrupted run tested by hand?)"
+    return None
+
+
+def fit_steps(run_dir: Path) -> int | None:
+    """The ``trainer.max_steps`` of the fit that made ``run_dir`` (its ``config.yaml``), None where it has none."""
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    steps = trainer.get("max_steps") if isinstance(trainer, dict) else None
+    return steps if isinstance(steps, int) and steps >= 0 else None
 
 
 def done_record(run_dir: Path) -> dict | None:
-    """The record of a done run (``done.json``, or the ``results.json`` of a grid run made before it), else None."""
+    """The record of a done run (``done.json``, or the ``results.json`` of a grid run made before it), else None:
+    a record of a step before the fit's ``max_steps`` (an interrupted run tested by hand) is no finished run, and a
+    line says so (the run resumes); so is a record that is no JSON object."""
     for name in (DONE, TESTED):
         if (run_dir / name).exists():
-            return read_json(run_dir / name)
+            record = read_json(run_dir / name)
+            why = unfinished(record, fit_steps(run_dir)) if isinstance(record, dict) else "is not a JSON object"
+            if why is None:
+                return record
+            print(f"{run_dir / name} {why}: the run is not done, so it runs on", flush=True)
+            return None
     return None

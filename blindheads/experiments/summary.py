@@ -407,8 +407,11 @@ def _plot_heads(out: Path, heads: pd.DataFrame) -> None:
 
 def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -> pd.DataFrame:
     """The summary's tables, figures, comparisons and findings from the runs' records (``results.json`` is
-    ``write_summary``'s)."""
+    ``write_summary``'s); with no records, a ``summary.md`` that says no run is done."""
     out.mkdir(parents=True, exist_ok=True)
+    if not records:  # a part (--hours) too short for any run: a summary that says so, no tables of nothing
+        (out / "summary.md").write_text("No run is done yet.\n")
+        return pd.DataFrame()
     runs = run_rows(records)
     table = by_setup(runs)
     heads = per_head_underflow(records)

@@ -10,6 +10,7 @@ from pathlib import Path
 from blindheads.arguments import Parser
 from blindheads.atomic import remove_debris, staging_path
 from blindheads.checkpoints import checkpoint_tokenizer, decoder_config, load_checkpoint
+from blindheads.cli.disk_full import DiskFull, no_space
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
 
 REMOTE_CODE = {
@@ -18,9 +19,11 @@ REMOTE_CODE = {
 }
 
 
-def export(ckpt_path: str | Path, out: str | Path) -> Path:
+def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None) -> Path:
     """Write config, safetensors weights, the tokenizer and the remote-code stubs for ``AutoModelForCausalLM`` into
-    ``out``, a new or empty directory (an export never overwrites another's files). The files are written into a
+    ``out``, a new or empty directory (an export never overwrites another's files); the tokenizer is the run's own
+    (``checkpoint_tokenizer``), or ``tokenizer``. The checkpoint's decoder config is checked against its weights before
+    a model is built. A full disk ends it in one line. The files are written into a
     folder beside ``out`` and renamed into place whole: an export killed part-way leaves no ``out`` to mistake for a
     model, and the next export removes what it left."""
     out = Path(out)
@@ -31,7 +34,7 @@ def export(ckpt_path: str | Path, out: str | Path) -> Path:
         raise ValueError(f"--out {out} {held}: export into a new or empty directory")
     checkpoint = load_checkpoint(ckpt_path)
     config = BlindheadsConfig.from_decoder_config(
-        decoder_config(checkpoint),
+        decoder_config(checkpoint, ckpt_path),
         auto_map={
             "AutoConfig": "configuration_blindheads.BlindheadsConfig",
             "AutoModelForCausalLM": "modeling_blindheads.BlindheadsForCausalLM",
@@ -51,11 +54,15 @@ def export(ckpt_path: str | Path, out: str | Path) -> Path:
         model.save_pretrained(staging)
         for name, source in REMOTE_CODE.items():
             (staging / name).write_text(source)
-        tokenizer = checkpoint_tokenizer(checkpoint)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(staging)
+        loaded = checkpoint_tokenizer(checkpoint, tokenizer)
+        if loaded is not None:
+            loaded.save_pretrained(staging)
         os.replace(staging, out)  # an empty ``out`` is replaced; one written meanwhile makes this fail
-    except OSError as error:
+    except Exception as error:  # safetensors' writer raises its own error on a full disk, not an OSError
+        if no_space(error) is not None:
+            raise DiskFull(out, advice="free some space, then export again") from None
+        if not isinstance(error, OSError):
+            raise
         raise ValueError(f"--out {out}: cannot be written ({error.strerror or error})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -66,12 +73,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = Parser("blindheads export", __doc__)
     parser.add_argument("--ckpt_path", required=True, help="a blindheads checkpoint")
     parser.add_argument("--out", required=True, help="a new or empty directory")
+    parser.add_argument("--tokenizer", help="the tokenizer to save beside the model: a folder or Hub name (default: "
+                        "the run's own, from the checkpoint's data settings)")  # fmt: skip
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    out = export(args.ckpt_path, args.out)
+    out = export(args.ckpt_path, args.out, args.tokenizer)
     print(
         f"exported {args.ckpt_path} to {out}/\nload it with: import blindheads.export.hf, then "
         f"AutoModelForCausalLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r}); or "

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict
+from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
+from blindheads.checkpoints import check_weights, config_from_fields
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.decoder import Decoder
 
@@ -32,8 +35,8 @@ class BlindheadsConfig(PretrainedConfig):
         super().__init__(**{**standard, **kwargs})
 
     def decoder_config(self) -> DecoderConfig:
-        known = {f.name for f in fields(DecoderConfig)}
-        return DecoderConfig(**{k: v for k, v in self.decoder_fields.items() if k in known})
+        """The decoder's config; an unknown field (a config.json edited by hand) is refused, not dropped."""
+        return config_from_fields(self.decoder_fields, "config.json: its decoder_fields")
 
     @classmethod
     def from_decoder_config(cls, config: DecoderConfig, **kwargs) -> BlindheadsConfig:
@@ -81,6 +84,23 @@ class BlindheadsForCausalLM(PreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, **kwargs) -> dict:
         return {"input_ids": input_ids}
+
+
+def check_export(folder: Path) -> None:
+    """An exported model's ``config.json`` against its weights' shapes, read from the safetensors header (no weight
+    is loaded, no model built): one line naming the mismatch, not transformers' report and traceback."""
+    try:
+        config = BlindheadsConfig.from_pretrained(folder).decoder_config()
+    except ValueError as error:
+        raise ValueError(f"{folder}/{error}") from None
+    weights = folder / "model.safetensors"
+    if not weights.is_file():  # sharded or another format: transformers' own checks
+        return
+    with safe_open(weights, "pt") as file:
+        shapes = {key.removeprefix("decoder."): tuple(file.get_slice(key).get_shape()) for key in file.keys()}  # noqa: SIM118  (a safetensors file, not a dict)
+    if config.tie_embeddings and "embed.weight" in shapes:  # saved once, under the embedding's name
+        shapes.setdefault("lm_head.weight", shapes["embed.weight"])
+    check_weights(config, shapes, folder)
 
 
 # Importing this module makes exported directories load with the Auto classes and no remote code (and so no

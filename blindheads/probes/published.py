@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
 from dataclasses import dataclass
@@ -34,9 +35,11 @@ def load_published(name: str, dtype: str = "float32"):
     cache, or the Hub, asked first whether it is reachable."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import blindheads.export.hf  # noqa: F401  (registers exported blindheads models: no remote code, no prompt)
+    import blindheads.export.hf  # registers exported blindheads models: no remote code, no prompt
 
     local = Path(name).exists()
+    if local and _model_type(Path(name)) == "blindheads":
+        blindheads.export.hf.check_export(Path(name))
     if not local:
         try:
             AutoTokenizer.from_pretrained(name, local_files_only=True)
@@ -52,12 +55,25 @@ def load_published(name: str, dtype: str = "float32"):
         raise ValueError(
             f"cannot load model {name!r}: {refused_code(error) or 'its weights file is damaged'}"
         ) from None
+    except RuntimeError as error:  # transformers' report of weights whose shapes the config does not make
+        if "mismatched" not in str(error) and "size mismatch" not in str(error):
+            raise
+        raise ValueError(f"cannot load model {name!r}: its config.json does not match its weights' shapes") from None
     except OSError as error:
         raise ValueError(
             f"cannot load model {name!r}: it is not a local model directory and the Hugging Face Hub did not "
             f"provide it ({error.__class__.__name__}); download it first or pass a local path"
         ) from None
     return model.eval(), tokenizer
+
+
+def _model_type(folder: Path) -> str | None:
+    """The ``model_type`` in a model directory's ``config.json``, None where there is none to read."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config.get("model_type") if isinstance(config, dict) else None
 
 
 def attention_modules(model: PreTrainedModel) -> list[nn.Module]:

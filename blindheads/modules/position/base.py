@@ -91,6 +91,15 @@ class PositionComponent(nn.Module):
         return math.inf
 
 
+def check_finite(component: str, **values) -> None:
+    """Refuse a number that is not finite (``nan``, ``inf``; ``1e400`` reads as ``inf``), naming the option: no
+    component takes one (a step's ``height`` of ``inf``, a mask, is the one exception, and does not call this)."""
+    for name, value in values.items():
+        numbers = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, (int, float)) and not math.isfinite(v) for v in numbers):
+            raise ValueError(f"{component} {name} must be finite, got {value}")
+
+
 def _path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from blindheads.modules.position.base import PositionComponent
+from blindheads.modules.position.base import PositionComponent, check_finite
 from blindheads.numerics import round_toward_zero, tau
 
 DEFAULT_MARGIN = 8.0
@@ -53,6 +53,7 @@ class Clamp(PositionComponent):
         context_length: int = 2048,
     ) -> None:
         super().__init__()
+        check_finite("clamp", floor=floor, margin=margin)  # a floor of -inf (-1e400) would clamp nothing
         if floor is not None and margin is not None:
             raise ValueError(f"clamp takes a floor ({floor}) or a margin ({margin}), not both")
         if margin is not None and not margin >= 0:

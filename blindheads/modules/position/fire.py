@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from blindheads.modules.position.base import PositionComponent
+from blindheads.modules.position.base import PositionComponent, check_finite
 
 
 class FIRE(PositionComponent):
@@ -29,6 +29,7 @@ class FIRE(PositionComponent):
         self, width: int = 32, c: float = 0.1, min_length: float = 512.0, eps: float = 1e-6, *, num_heads: int
     ) -> None:
         super().__init__()
+        check_finite("fire", width=width, c=c, min_length=min_length, eps=eps)
         if width < 1 or not c > 0 or not min_length > 0 or not eps > 0:
             raise ValueError(
                 f"fire needs width >= 1 and positive c, min_length and eps, got width={width}, c={c}, "

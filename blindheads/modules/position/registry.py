@@ -40,9 +40,15 @@ def valid_names() -> str:
 
 
 def _value(text: str) -> Any:
+    """A Python literal; ``nan`` and ``inf`` as the floats they name (so a component refuses them as numbers);
+    anything else as the text."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
+        pass
+    try:
+        return float(text) if text.strip().lstrip("+-").lower() in ("nan", "inf", "infinity") else text
+    except ValueError:
         return text
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from blindheads.modules.position.base import PositionComponent
+from blindheads.modules.position.base import PositionComponent, check_finite
 
 
 class RoPE(PositionComponent):
@@ -19,7 +19,8 @@ class RoPE(PositionComponent):
 
     def __init__(self, theta: float = 10000.0) -> None:
         super().__init__()
-        if theta <= 1:
+        check_finite("rope", theta=theta)
+        if not theta > 1:
             raise ValueError(f"rope theta must be > 1, got {theta}")
         self.theta = theta
         self.cos: Tensor | None = None  # tables of the last prepared length, reused by every layer and step

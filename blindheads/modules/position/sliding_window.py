@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from blindheads.modules.position.base import PositionComponent
+from blindheads.modules.position.base import PositionComponent, check_finite
 
 
 class SlidingWindow(PositionComponent):
@@ -17,6 +17,7 @@ class SlidingWindow(PositionComponent):
 
     def __init__(self, size: int) -> None:
         super().__init__()
+        check_finite("sliding_window", size=size)
         if size < 1:
             raise ValueError(f"sliding_window size must be >= 1, got {size}")
         self.size = int(size)

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from blindheads.modules.position.base import PositionComponent
+from blindheads.modules.position.base import PositionComponent, check_finite
 
 WHERE = ("before", "after")
 
@@ -23,6 +23,7 @@ class SoftCap(PositionComponent):
 
     def __init__(self, cap: float = 30.0, where: str = "after") -> None:
         super().__init__()
+        check_finite("soft_cap", cap=cap)
         if not cap > 0:
             raise ValueError(f"soft_cap cap must be positive, got {cap}")
         if where not in WHERE:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from blindheads.modules.position.base import PositionComponent
+from blindheads.modules.position.base import PositionComponent, check_finite
 
 
 class Step(PositionComponent):
@@ -20,6 +20,7 @@ class Step(PositionComponent):
 
     def __init__(self, near: int, height: float) -> None:
         super().__init__()
+        check_finite("step", near=near)  # a height of inf is a mask: the conjecture's masked condition
         if near < 0:
             raise ValueError(f"step near must be >= 0 tokens, got {near}")
         if not height >= 0:

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from blindheads.modules.position.base import PositionComponent
+from blindheads.modules.position.base import PositionComponent, check_finite
 
 
 class T5Buckets(PositionComponent):
@@ -27,6 +27,9 @@ class T5Buckets(PositionComponent):
         self, num_buckets: int = 32, max_distance: int = 128, init_std: float = 0.0, *, num_heads: int
     ) -> None:
         super().__init__()
+        check_finite("t5_buckets", num_buckets=num_buckets, max_distance=max_distance, init_std=init_std)
+        if not init_std >= 0:
+            raise ValueError(f"t5_buckets init_std must be >= 0, got {init_std}")
         if num_buckets < 2 or max_distance <= num_buckets // 2:
             raise ValueError(
                 f"t5_buckets needs num_buckets >= 2 and max_distance > num_buckets / 2, got num_buckets={num_buckets}, "
