@@ -155,7 +155,8 @@ def test_recall_under_the_cap_is_compared_with_the_same_setup_uncapped_and_not_w
 def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_paper(tmp_path):
     from blindheads.experiments.retrieval_comparisons import write_retrieval
 
-    auc = {"alibi": [0.9, 0.8, 0.85], "log_distance": [0.95, 0.9, 0.97], "nope": [0.9, 0.8, 0.85]}
+    auc = {"alibi": [0.9, 0.8, 0.85], "log_distance": [0.95, 0.9, 0.97], "nope": [0.9, 0.8, 0.85],
+           "safe": [0.6, 0.49, 0.56]}
     runs = pd.DataFrame([
         {"setup": setup, "seed": seed, "passkey_auc_in": value, "passkey_auc_out": value / 2,
          "needle_auc_in": value, "needle_auc_out": 0.1}
@@ -167,7 +168,14 @@ def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_pape
     half = 4.302652729911275 * differences.std(ddof=1) / np.sqrt(3)  # Student's t, 2 degrees of freedom
     assert row["minus_alibi"] == pytest.approx(differences.mean())
     assert (row["low"], row["high"]) == pytest.approx((differences.mean() - half, differences.mean() + half))
-    assert row["verdict"] == "higher" and (row["wins"], row["losses"]) == (3, 0) and row["p"] == 0.25
+    assert (row["wins"], row["losses"]) == (3, 0) and row["p"] == 0.25
+    t = differences.mean() / (differences.std(ddof=1) / np.sqrt(3))
+    assert row["p_t"] == pytest.approx(1 - t / np.sqrt(t**2 + 2))  # Student's t with 2 df, in closed form
+    # Holm over log_distance's four AUCs: three share this p (the same relative differences), one is exactly 0 (p 1)
+    assert row["p_holm"] == pytest.approx(min(1, 4 * row["p_t"])) and row["p_holm"] > 0.05
+    assert row["verdict"] == "no difference shown", "the interval excludes 0, but not after Holm over four AUCs"
+    safe = table.loc[("safe", "passkey_auc_in")]  # -0.30, -0.31, -0.29: consistent enough to survive Holm
+    assert safe["p_holm"] < 0.05 and safe["verdict"] == "lower"
     assert table.loc[("nope", "passkey_auc_in"), "verdict"] == "no difference shown"  # identical: no interval above 0
     assert table.loc[("log_distance", "passkey_auc_out"), "paper"] == 0.77
     text = (tmp_path / "retrieval.md").read_text()
@@ -184,3 +192,35 @@ def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_pape
         in (tmp_path / "retrieval.md").read_text()
     )
     assert write_retrieval(tmp_path, runs.drop(columns=["needle_auc_out"])) is None
+
+
+def test_t_test_p_matches_the_printed_table_and_holm_matches_a_hand_adjustment():
+    from blindheads.experiments.comparisons import holm, t_test_p
+
+    # a mean whose t statistic is the printed 97.5% quantile of t[7] (2.3646) has two-sided p 0.05
+    differences = np.array([1.0, -1, 1, -1, 1, -1, 1, -1]) + 2.364624 * np.std([1.0, -1] * 4, ddof=1) / np.sqrt(8)
+    assert t_test_p(differences) == pytest.approx(0.05, abs=1e-5)
+    assert t_test_p(np.zeros(8)) == 1.0 and t_test_p(np.full(8, 0.1)) == 0.0 and math.isnan(t_test_p(np.ones(1)))
+    p = pd.Series([0.01, 0.04, 0.03, 0.2, 0.01, np.nan])
+    family = pd.Series(["a", "a", "a", "a", "b", "b"])
+    # family a sorted: 0.01 x4 = 0.04, 0.03 x3 = 0.09, 0.04 x2 = 0.08 -> kept at 0.09, 0.2 x1 = 0.2
+    expected = [0.04, 0.09, 0.09, 0.2, 0.01, np.nan]
+    assert holm(p, family).tolist() == pytest.approx(expected, nan_ok=True)
+
+
+def test_the_zeros_and_the_floor_enter_as_setups_compared_with_the_model_as_it_is():
+    records = [
+        {"setup": "alibi", "seed": seed, "metrics": {
+            "test/recall/distance4x/exact": 0.5, "test/recall/distance4x/exact_zero_free": 0.5,
+            "test/recall/distance4x/exact_floored": 0.5 + 0.01 * seed, "test/recall/distance4x/exact_capped": 0.9,
+            "test/recall/distance4x/episodes": 256}}
+        for seed in range(8)
+    ]  # fmt: skip
+    table = per_seed_recall(records)
+    assert set(table["setup"]) == {"alibi", "alibi zero-free", "alibi floored", "alibi capped"}
+    chosen = pairs(list(dict.fromkeys(table["setup"])))
+    assert chosen == [("alibi zero-free", "alibi"), ("alibi floored", "alibi"), ("alibi capped", "alibi")]
+    compared = compare(table, chosen, resamples=2000).set_index("setup_a")
+    zero_free = compared.loc["alibi zero-free"]
+    assert (zero_free["ties"], zero_free["p_t"], zero_free["family"]) == (8, 1.0, "alibi zero-free - alibi")
+    assert verdicts(compared.reset_index()).set_index("setup_a").loc["alibi capped", "verdict"] == "higher"

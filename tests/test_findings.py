@@ -1,9 +1,15 @@
-"""The findings table: each verdict follows its stated rule from a grid's generated comparisons."""
+"""The findings table: each verdict follows its stated rule from a grid's generated comparisons; the paper's-regime
+row against a hand computation."""
 
 from __future__ import annotations
 
-from blindheads.experiments.comparisons import write_comparisons
+import numpy as np
+import pandas as pd
+import pytest
+
+from blindheads.experiments.comparisons import REGIME, regime_row, write_comparisons
 from blindheads.experiments.findings import judge, write_findings
+from blindheads.experiments.losses import compare_losses, per_seed_losses
 from blindheads.experiments.summary import head_attribution, recall_by_distance
 
 # setup -> point -> (exact, exact with the bias capped, carriers blind): 64 episodes per point, the same each seed
@@ -14,30 +20,40 @@ GRID = {
 }
 
 
-def records(grid=GRID, seeds: int = 8, blind_by: float | None = None) -> list[dict]:
-    """Per seed, ALiBi's head l0h0 carries recall (ablation cost 0.5), exactly blind by ``blind_by`` tokens."""
+def records(grid=GRID, seeds: int = 8, blind_by: float | None = None, zero_free: float = 0.0,
+            floored: float = 0.0, losses: dict | None = None, masked: bool = False) -> list[dict]:  # fmt: skip
+    """Per seed, ALiBi's head l0h0 carries recall (ablation cost 0.5), exactly blind by ``blind_by`` tokens, where
+    half the fact's weights are 0 in float32 and none in float64 (all in both if ``masked``: a sliding window); each
+    point also re-scored zero-free and floored (``exact`` plus ``zero_free`` / ``floored``); ``losses``: setup ->
+    held-out loss at 1x, plus 0.001 per seed."""
     out = []
     for setup, points in grid.items():
         for seed in range(seeds):
             metrics = {"test/recall/heads/layer0/head0/ablation_cost": 0.5 if setup == "alibi" else 0.0}
             if setup == "alibi" and blind_by is not None:
                 metrics["test/recall/heads/layer0/head0/blind_by"] = blind_by
+            if losses:
+                metrics["test/extrapolation/1x/loss"] = losses[setup] + 0.001 * seed
             for factor, (exact, capped, blind) in points.items():
                 point = f"test/recall/distance{factor:g}x"
                 metrics.update({f"{point}/exact": exact, f"{point}/episodes": 64, f"{point}/distance": 64 * factor,
                                 f"{point}/length": 64 if factor < 1 else 64 * factor + 16, f"{point}/baseline": 0.125,
                                 f"{point}/carriers_blind": blind, f"{point}/carriers_near_blind": 0.0,
-                                f"{point}/blind": blind})  # fmt: skip
+                                f"{point}/blind": blind, f"{point}/exact_zero_free": min(1.0, exact + zero_free),
+                                f"{point}/exact_floored": min(1.0, exact + floored)})  # fmt: skip
                 if capped is not None:
                     metrics[f"{point}/exact_capped"] = capped
+                zeros = 0.5 if setup == "alibi" and blind_by is not None and 64 * factor >= blind_by else 0.0
+                metrics[f"{point}/zeros"] = 1.0 if masked and zeros else zeros
+                metrics[f"{point}/zeros_zero_free"] = 1.0 if masked and zeros else 0.0
             out.append({"setup": setup, "seed": seed, "metrics": metrics})
     return out
 
 
 def findings(tmp_path, runs):
-    return {
-        f.number: f for f in judge(*write_comparisons(tmp_path, runs), recall_by_distance(runs), head_attribution(runs))
-    }
+    losses = compare_losses(per_seed_losses(runs))
+    found = judge(*write_comparisons(tmp_path, runs), recall_by_distance(runs), head_attribution(runs), losses)
+    return {f.number: f for f in found}
 
 
 def test_each_finding_follows_its_rule(tmp_path):
@@ -46,28 +62,68 @@ def test_each_finding_follows_its_rule(tmp_path):
     assert found[2].verdict == "reproduces alone"
     assert found[3].verdict == "not beaten: no other slope scheme (steep) is higher at any point"
     assert found[3].evidence == "steep lower than alibi at 0.5x, 4x"
-    assert found[4].verdict.startswith("partly: capping the bias restores ALiBi's recall at 4x")
-    assert found[4].verdict.endswith("lowers recall by itself in log_distance at 4x")
-    assert "(recall 0.20 -> 0.90)" in found[4].evidence
-    assert found[5].verdict == "not tested"
+    assert found[4].verdict.startswith("beyond the window, capping the bias restores ALiBi's recall at 4x while ")
+    assert found[4].verdict.endswith("what the bias costs there is its values never met in training, not blindness")
+    assert "alibi capped - alibi at 4x: +0.70 [" in found[4].evidence
+    assert "alibi zero-free - alibi at 4x: +0.00 [" in found[4].evidence
+    assert found[5].verdict == "not tested: no held-out loss was measured"
 
 
-def test_a_carrier_blind_where_the_cap_restores_recall_is_consistent_with_finding_1_not_isolated(tmp_path):
+def test_blind_carriers_whose_recall_the_zero_free_rescore_does_not_raise_decide_finding_1_not_shown(tmp_path):
     found = findings(tmp_path, records(blind_by=256.0))
-    assert found[1].verdict.startswith("consistent, not isolated")
-    assert found[1].evidence.startswith("alibi l0h0 exactly blind by 4x in 8 of the 8 seeds it carries recall in; ")
-    assert "alibi capped - alibi at 4x: +0.70 [" in found[1].evidence
-    in_window = findings(tmp_path, records(blind_by=32.0))  # blind only inside the window: not counted
-    assert in_window[1].verdict.startswith("not testable here")
+    assert found[1].verdict.startswith("not shown: re-scored without them (float64), recall is no higher at any of "
+                                       "the 1 points where carriers are exactly blind (at evaluation alone")  # fmt: skip
+    assert found[1].evidence.startswith("alibi l0h0 exactly blind by 4x (beyond the window) in 8 of the 8 seeds")
+    assert "alibi zero-free - alibi at 4x: +0.00 [" in found[1].evidence
+    shown = findings(tmp_path, records(blind_by=256.0, zero_free=0.5))
+    assert shown[1].verdict.startswith("shown: re-scored without them (float64), recall is higher where carriers")
+    assert "zero-free at 4x" in shown[1].verdict and shown[4].verdict.endswith("without its zeros at 4x")
+    masked = findings(tmp_path, records(blind_by=256.0, masked=True))  # zeros float64 keeps too: no underflow
+    assert masked[1].verdict == "not testable here: blindness occurs only in setups that never recall (steep)"
 
 
-def test_a_log_distance_setup_lower_somewhere_is_not_the_most_consistent_and_the_table_is_written(tmp_path):
-    mixed = {**GRID, "log_distance": {0.5: (0.5, None, 0.0), 4: (0.6, 0.6, 0.0)}}  # lower in the window only
-    assert findings(tmp_path, records(mixed))[2].verdict == "reproduces alone"
-    mixed = {**mixed, "log_distance": {0.5: (1.0, None, 0.0), 4: (0.05, 0.05, 0.0)}}  # lower beyond it
-    runs = records(mixed)
-    assert findings(tmp_path, runs)[2].verdict.startswith("not reproduced alone; no log-distance")
+def test_blindness_inside_the_window_counts_and_a_trained_zero_free_arm_decides(tmp_path):
+    grid = {**GRID, "alibi_zero_free": GRID["alibi"]}  # trained without zeros: the same recall
+    found = findings(tmp_path, records(grid, blind_by=32.0))  # blind from half the window on
+    assert "alibi l0h0 exactly blind by 0.5x (inside the window)" in found[1].evidence
+    assert found[1].verdict.startswith("not shown: trained without them (alibi_zero_free), recall is no higher at any "
+                                       "of the 2 points")  # fmt: skip
+    assert "(at evaluation alone" not in found[1].verdict
+    helped = {**grid, "alibi_zero_free": {0.5: (1.0, None, 0.0), 4: (0.9, 0.9, 0.0)}}
+    assert findings(tmp_path, records(helped, blind_by=32.0))[1].verdict.startswith("shown: trained without them")
+
+
+def test_the_papers_regime_row_is_the_difference_of_differences_seed_by_seed():
+    rows = []
+    for seed in range(4):  # window 256, alibi's first blind distance 120: points 64, 100 inside, 150, 200 beyond
+        for distance, alibi, nope in ((64, 0.9, 0.9), (100, 0.8, 0.7), (150, 0.5, 0.7 + 0.01 * seed), (200, 0.4, 0.6)):
+            for setup, exact in (("alibi", alibi), ("nope", nope)):
+                rows.append({"setup": setup, "seed": seed, "distance": distance, "window": 256, "length": 256,
+                             "exact": exact})  # fmt: skip
+        rows.append({"setup": "alibi", "seed": seed, "distance": 512, "window": 256, "length": 520, "exact": 0.0})
+    row = regime_row(pd.DataFrame(rows), 120.0)
+    by_hand = np.array([((0.5 - 0.7 - 0.01 * s) + (0.4 - 0.6)) / 2 - (0.0 + 0.1) / 2 for s in range(4)])
+    assert row["point"] == REGIME and row["seeds"] == 4 and row["losses"] == 4
+    assert row["mean_diff"] == pytest.approx(by_hand.mean())
+    half = 3.182446 * by_hand.std(ddof=1) / 2  # t[3] 97.5%, printed
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((by_hand.mean() - half, by_hand.mean() + half), abs=1e-5)
+    assert regime_row(pd.DataFrame(rows), 50.0) is None, "no in-window point inside 50 tokens"
+
+
+def test_finding_5_reads_the_held_out_loss_against_alibi(tmp_path):
+    close = records(losses={"alibi": 4.0, "log_distance": 4.005, "steep": 4.01})
+    assert findings(tmp_path, close)[5].verdict.startswith("consistent: every setup's held-out loss lies within")
+    far = records(losses={"alibi": 4.0, "log_distance": 4.005, "steep": 4.5})
+    found = findings(tmp_path, far)[5]
+    assert found.verdict.startswith("not reproduced: 1 of 2 setups differ from ALiBi by more than 0.02 nats (higher "
+                                    "loss: steep; lower: none;")  # fmt: skip
+    assert "steep - alibi at 1x: +0.500 nats [+0.500, +0.500], 0/8/0 seeds" not in found.evidence  # 8 wins, not ties
+    assert "steep - alibi at 1x: +0.500 nats [+0.500, +0.500], 8/0/0 seeds" in found.evidence
+
+
+def test_the_table_is_written(tmp_path):
+    runs = records()
     write_findings(tmp_path, *write_comparisons(tmp_path, runs), recall_by_distance(runs), head_attribution(runs))
     text = (tmp_path / "findings.md").read_text()
-    assert "| finding | verdict at this scale | evidence (rows of `comparisons.csv`) |" in text
+    assert "| finding | verdict at this scale | evidence (rows of `comparisons.csv`, `losses.csv`) |" in text
     assert text.count("\n| ") == 6

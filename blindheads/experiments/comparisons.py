@@ -19,12 +19,18 @@ differences in recall.
 - **Sign-flip p-value** (two-sided, exact): the share of the ``2^n`` sign patterns of the per-seed differences
   whose sum is at least as far from 0 as the observed one. It cannot go below ``2 / 2^n``: 0.0625 at 5 seeds.
   Reported, not used by the verdicts.
-- **Verdict**: ``higher`` (``lower``) where the interval lies above (below) 0 and setup_a wins (loses) in more
-  than half the seeds; else ``no difference shown``.
-- **The cap**: where a run logged ``exact_capped`` (recall with every head's bias held at its value at the
-  training window's edge, ``evaluation/attribution.py``), it enters as the setup ``SETUP capped`` and is compared
-  with ``SETUP``: ``higher`` means recall returned under the cap, so the bias beyond the window lost it. Both score
-  the same episodes; drawn independently here, which widens the interval.
+- **t p-value and Holm** (``p_t``, ``p_holm``): the two-sided paired t-test of the per-seed differences (1 where
+  every difference is 0, 0 where all are equal and not 0), Holm-adjusted within its **family**: one pair of setups
+  at every point it is compared at (``family`` names it), the comparisons one finding reads from one pair.
+- **Verdict**: ``higher`` (``lower``) where the interval lies above (below) 0, setup_a wins (loses) in more than
+  half the seeds, and ``p_holm`` is below 0.05; else ``no difference shown``.
+- **Interventions at evaluation** (``evaluation/attribution.py``), each entering as a setup compared with the
+  plain one on the same episodes (drawn independently here, which widens the interval):
+  ``SETUP capped`` (``exact_capped``: every head's bias beyond the window held at its value at the window's edge;
+  ``higher`` means the bias beyond the window lost the recall: its zeros, its small weights and its never-trained
+  values together), ``SETUP zero-free`` (``exact_zero_free``: the model in float64, the exact zeros alone
+  removed) and ``SETUP floored`` (``exact_floored``: every bias held at or above a floor, the smallest weights
+  alone lifted).
 - **Baseline**: where the table has ``baseline`` (each seed's share of the most common answer at the point: what a
   model answering one constant would score), it enters as a setup named ``baseline``, each setup is compared with
   it, and a setup whose difference from it is not ``higher`` is ``at baseline`` there.
@@ -50,7 +56,11 @@ PAIRS = (  # beside each setup against the reference: one change at a time among
 )
 BASELINE = "baseline"
 CAPPED = " capped"  # a setup's name + this: its recall with the bias capped beyond the window
+ZERO_FREE = " zero-free"  # ... re-scored in float64, no weight exactly 0
+FLOORED = " floored"  # ... with every bias held at or above a floor
+INTERVENTIONS = {"exact_capped": CAPPED, "exact_zero_free": ZERO_FREE, "exact_floored": FLOORED}  # tag part -> suffix
 NO_DIFFERENCE = "no difference shown"
+HOLM = 0.05  # family-wise error rate of the verdicts
 
 
 def per_seed_recall(records: list[dict]) -> pd.DataFrame:
@@ -62,11 +72,11 @@ def per_seed_recall(records: list[dict]) -> pd.DataFrame:
     for record in records:
         metrics = record.get("metrics", {})
         for match in at_stage(RECALL, metrics):
-            if (match["gap"] or match["distance"]) and match["part"] in ("exact", "exact_capped"):
+            if (match["gap"] or match["distance"]) and match["part"] in ("exact", *INTERVENTIONS):
                 point = match["point"]
                 rows.append(
                     {
-                        "setup": record["setup"] + (CAPPED if match["part"] == "exact_capped" else ""),
+                        "setup": record["setup"] + INTERVENTIONS.get(match["part"], ""),
                         "seed": record["seed"],
                         "point": point,
                         "kind": "gap" if match["gap"] else "distance",
@@ -86,13 +96,20 @@ def per_seed_recall(records: list[dict]) -> pd.DataFrame:
     return table.dropna(axis="columns", how="all").reset_index(drop=True)
 
 
+def plain_setup(name: str) -> str:
+    """``alibi capped`` -> ``alibi``: the setup an intervention's row belongs to."""
+    for suffix in INTERVENTIONS.values():
+        name = name.removesuffix(suffix)
+    return name
+
+
 def pairs(setups: list[str], reference: str = REFERENCE, named=PAIRS) -> list[tuple[str, str]]:
     """Each setup against ``reference``, then the ``named`` pairs whose setups are all in ``setups``, then each
-    capped setup against itself uncapped."""
-    plain = [s for s in setups if not s.endswith(CAPPED)]
+    intervention (capped, zero-free, floored) against its setup as it is."""
+    plain = [s for s in setups if plain_setup(s) == s]
     chosen = [(setup, reference) for setup in plain if reference in plain and setup != reference]
     chosen += [(a, b) for a, b in named if a in plain and b in plain and (a, b) not in chosen]
-    return chosen + [(s, s.removesuffix(CAPPED)) for s in setups if s.endswith(CAPPED)]
+    return chosen + [(s, plain_setup(s)) for s in setups if plain_setup(s) != s]
 
 
 def sign_flip_p(differences: np.ndarray) -> float:
@@ -104,23 +121,65 @@ def sign_flip_p(differences: np.ndarray) -> float:
     return float(np.mean(sums >= abs(differences.sum()) - 1e-12))
 
 
+def t_central(t: float, df: int) -> float:
+    """``P(|T| <= t)`` for Student's t with an integer ``df``: the finite series of Abramowitz and Stegun 26.7.3-4
+    (numpy has none)."""
+    theta, odd = math.atan(t / math.sqrt(df)), df % 2
+    term, total = math.cos(theta) if odd else 1.0, 0.0
+    for k in range(1, df // 2 + 1):
+        total += term
+        term *= math.cos(theta) ** 2 * (2 * k - 1 + odd) / (2 * k + odd)
+    return 2 / math.pi * (theta + math.sin(theta) * total) if odd else math.sin(theta) * total
+
+
 def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile for ``p`` above 0.5 and an integer ``df``: bisection on the finite-series CDF
-    (Abramowitz and Stegun 26.7.3-4), as numpy has none."""
-
-    def central(t: float) -> float:  # P(|T| <= t)
-        theta, odd = math.atan(t / math.sqrt(df)), df % 2
-        term, total = math.cos(theta) if odd else 1.0, 0.0
-        for k in range(1, df // 2 + 1):
-            total += term
-            term *= math.cos(theta) ** 2 * (2 * k - 1 + odd) / (2 * k + odd)
-        return 2 / math.pi * (theta + math.sin(theta) * total) if odd else math.sin(theta) * total
-
+    """Student's t quantile for ``p`` above 0.5 and an integer ``df``: bisection on ``t_central``."""
     low, high = 0.0, 1e6
     for _ in range(200):
         middle = (low + high) / 2
-        low, high = (middle, high) if central(middle) < 2 * p - 1 else (low, middle)
+        low, high = (middle, high) if t_central(middle, df) < 2 * p - 1 else (low, middle)
     return (low + high) / 2
+
+
+def t_test_p(differences: np.ndarray) -> float:
+    """Two-sided p of the paired t-test that the per-seed ``differences`` average 0: 1 where all are 0, 0 where all
+    are equal and not 0 (no spread to weigh them against), NaN for one seed."""
+    n = len(differences)
+    if n < 2:
+        return math.nan
+    mean, spread = float(differences.mean()), float(differences.std(ddof=1))
+    if spread == 0:
+        return 1.0 if mean == 0 else 0.0
+    return 1 - t_central(abs(mean) / (spread / math.sqrt(n)), n - 1)
+
+
+def holm(p: pd.Series, family: pd.Series) -> pd.Series:
+    """Holm's step-down adjustment of the p-values ``p`` within each ``family`` (NaN stays NaN): the k-th smallest
+    of m is multiplied by ``m - k + 1``, kept at least the one before, capped at 1."""
+    adjusted = pd.Series(np.nan, index=p.index)
+    for _, members in p.groupby(family):
+        ranked = members.dropna().sort_values(kind="stable")
+        m = len(ranked)
+        running = 0.0
+        for k, (index, value) in enumerate(ranked.items()):
+            running = max(running, min(1.0, (m - k) * value))
+            adjusted[index] = running
+    return adjusted
+
+
+def paired_t(differences: np.ndarray, level: float = LEVEL) -> dict:
+    """Per-seed ``differences`` summarised: mean, Student-t interval (NaN below 2 seeds), wins / ties / losses,
+    t and sign-flip p-values: for measures that are already means over many items (losses, AUCs), where the seeds'
+    spread is all the noise."""
+    n = len(differences)
+    mean = float(differences.mean()) if n else math.nan
+    low = high = math.nan
+    if n > 1:
+        half = t_quantile(1 - (1 - level) / 2, n - 1) * differences.std(ddof=1) / math.sqrt(n)
+        low, high = mean - half, mean + half
+    return {"mean_diff": mean, "ci_low": low, "ci_high": high, "seeds": n, "wins": int((differences > 0).sum()),
+            "ties": int((differences == 0).sum()), "losses": int((differences < 0).sum()),
+            "p_t": t_test_p(differences), "p_sign_flip": sign_flip_p(differences) if n else math.nan}  # fmt: skip
 
 
 def bootstrap_interval(
@@ -146,7 +205,8 @@ def bootstrap_interval(
 
 def compare(table: pd.DataFrame, chosen: list[tuple[str, str]], seed: int = 0, resamples: int = 20_000) -> pd.DataFrame:
     """One row per pair and point, over the seeds both setups ran: mean difference a - b, interval, seeds,
-    wins / ties / losses of a, sign-flip p. A ``baseline`` column adds each setup against ``baseline``. Each
+    wins / ties / losses of a, sign-flip and t p-values, the Holm family (the pair) and ``p_holm``. A ``baseline``
+    column adds each setup against ``baseline``. Each
     pair and point draws from its own generator, so a row does not depend on which others are computed."""
     if "baseline" in table:
         constant = table.dropna(subset=["baseline"]).drop_duplicates(["seed", "point"]).assign(setup=BASELINE)
@@ -179,16 +239,22 @@ def compare(table: pd.DataFrame, chosen: list[tuple[str, str]], seed: int = 0, r
                     "ties": int((order == 0).sum()),
                     "losses": int((order < 0).sum()),
                     "p_sign_flip": sign_flip_p(differences),
+                    "p_t": t_test_p(differences),
+                    "family": f"{a} - {b}",
                 }
             )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if not table.empty:
+        table["p_holm"] = holm(table["p_t"], table["family"])
+    return table
 
 
 def verdicts(comparisons: pd.DataFrame) -> pd.DataFrame:
     """Each comparison's verdict by the module's rules, and the pair's setups ``at_baseline`` where the
     comparisons hold a baseline."""
-    higher = (comparisons["ci_low"] > 0) & (comparisons["wins"] > comparisons["seeds"] / 2)
-    lower = (comparisons["ci_high"] < 0) & (comparisons["losses"] > comparisons["seeds"] / 2)
+    significant = comparisons["p_holm"] < HOLM
+    higher = (comparisons["ci_low"] > 0) & (comparisons["wins"] > comparisons["seeds"] / 2) & significant
+    lower = (comparisons["ci_high"] < 0) & (comparisons["losses"] > comparisons["seeds"] / 2) & significant
     table = comparisons[["setup_a", "setup_b", "point"]].copy()
     table["verdict"] = np.select([higher, lower], ["higher", "lower"], NO_DIFFERENCE)
     against = table["setup_b"] == BASELINE
@@ -206,8 +272,9 @@ def verdict_markdown(comparisons: pd.DataFrame, table: pd.DataFrame) -> str:
     points = list(dict.fromkeys(comparisons["point"]))
     lines = [
         f"Exact recall, setup_a - setup_b: mean over seeds [{LEVEL:.0%} interval, seeds and episodes resampled] "
-        "and setup_a's wins/ties/losses over the seeds. **Bold**: the interval excludes 0 and setup_a wins (or "
-        f"loses) in most seeds; otherwise {NO_DIFFERENCE}. Rules: `blindheads/experiments/comparisons.py`.",
+        "and setup_a's wins/ties/losses over the seeds. **Bold**: the interval excludes 0, setup_a wins (or "
+        f"loses) in most seeds and the Holm-adjusted t p-value (family: the pair, over its points) is below {HOLM}; "
+        f"otherwise {NO_DIFFERENCE}. Rules: `blindheads/experiments/comparisons.py`.",
         "",
         "| setup_a - setup_b | " + " | ".join(p.removeprefix("distance") for p in points) + " |",
         "|---" * (len(points) + 1) + "|",
@@ -225,16 +292,46 @@ def verdict_markdown(comparisons: pd.DataFrame, table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+REGIME = "in the window"  # the point of the paper's-regime row: (a - b) beyond the first blind distance minus inside
+
+
+def regime_row(distances: pd.DataFrame, first_blind: float, a: str = REFERENCE, b: str = "nope") -> dict | None:
+    """The paper's regime, heads blind inside the window: per seed, ``a - b`` in exact recall averaged over the
+    in-window points beyond ``first_blind`` tokens (``a``'s first blind distance) minus the same inside it; summed up
+    as ``paired_t`` does, in ``comparisons.csv``'s columns. Negative: ``a`` loses to ``b`` where its heads are
+    blind, beyond what it loses where none is. None where ``a`` or ``b`` did not run or no in-window point lies on
+    one side."""
+    inside = distances[distances["length"] <= distances["window"]]
+    near = inside[inside["distance"] < first_blind]
+    far = inside[inside["distance"] > first_blind]
+    if near.empty or far.empty or not {a, b} <= set(inside["setup"]):
+        return None
+
+    def gap(points: pd.DataFrame) -> pd.Series:
+        by_seed = points.pivot_table(index="seed", columns="setup", values="exact", aggfunc="mean")
+        return by_seed[a] - by_seed[b]
+
+    differences = (gap(far) - gap(near)).dropna().to_numpy()
+    name = f"{a} - {b}"
+    row = {"setup_a": f"{name}, beyond {first_blind:.0f} tokens", "setup_b": f"{name}, inside", "point": REGIME,
+           **paired_t(differences), "family": f"{name}, beyond - inside {first_blind:.0f} tokens"}  # fmt: skip
+    row["p_holm"] = row["p_t"]  # a family of one
+    return row
+
+
 def write_comparisons(
-    out: Path, records: list[dict], reference: str = REFERENCE, named=PAIRS
+    out: Path, records: list[dict], reference: str = REFERENCE, named=PAIRS, extra: list[dict] = ()
 ) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """``comparisons.csv``, ``verdicts.csv`` and ``verdicts.md`` where the runs measured recall per point, for
-    the pairs of ``pairs`` among the records' setups; returns the comparisons and their verdicts (else None)."""
+    the pairs of ``pairs`` among the records' setups, and the ``extra`` rows (``regime_row``); returns the
+    comparisons and their verdicts (else None)."""
     table = per_seed_recall(records)
     chosen = pairs(list(dict.fromkeys(table.get("setup", []))), reference, named)
     if table.empty or not (chosen or "baseline" in table):
         return None
     comparisons = compare(table, chosen)
+    if extra:
+        comparisons = pd.concat([comparisons, pd.DataFrame(list(extra))], ignore_index=True)
     verdict = verdicts(comparisons)
     comparisons.to_csv(out / "comparisons.csv", index=False)
     verdict.to_csv(out / "verdicts.csv", index=False)

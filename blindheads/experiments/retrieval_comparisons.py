@@ -3,21 +3,21 @@
 Each run's test reports four AUCs (exact answers over the tested lengths and depths, in and beyond the training
 length). A setup is compared with ALiBi seed by seed (a seed fixes initialisation and data order): the mean of the
 per-seed differences, its 95% Student-t interval over seeds (the AUCs are already means over many prompts; the seeds'
-spread is the noise), the wins and losses, the exact sign-flip p-value, and the verdict rule of ``comparisons.py``:
-``higher`` (``lower``) where the interval lies above (below) 0 and the setup wins (loses) in more than half the seeds,
-and no verdict from fewer than ``MIN_SEEDS`` paired seeds (two seeds give the interval one degree of freedom: two equal
-differences would make it a point).
+spread is the noise), the wins and losses, the exact sign-flip p-value, the paired t p-value Holm-adjusted within the
+setup's four AUCs (``p_holm``), and the verdict rule of ``comparisons.py``: ``higher`` (``lower``) where the interval
+lies above (below) 0, the setup wins (loses) in more than half the seeds and ``p_holm`` is below 0.05, and no verdict
+from fewer than ``MIN_SEEDS`` paired seeds (two seeds give the interval one degree of freedom: two equal differences
+would make it a point).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from blindheads.experiments.comparisons import NO_DIFFERENCE, REFERENCE, sign_flip_p, t_quantile
+from blindheads.experiments.comparisons import HOLM, NO_DIFFERENCE, REFERENCE, holm, paired_t
 
 MIN_SEEDS = 3
 METRICS = ("passkey_auc_in", "passkey_auc_out", "needle_auc_in", "needle_auc_out")
@@ -49,26 +49,29 @@ def paired(runs: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
                 difference = (both[metric] - both[f"{metric}_ref"]).to_numpy()
                 row.update(_difference(difference))
             rows.append(row)
-    return pd.DataFrame(rows)
+    return _verdicts(pd.DataFrame(rows))
 
 
 def _difference(difference: np.ndarray) -> dict:
-    n = len(difference)
-    mean = float(difference.mean()) if n else math.nan
-    low = high = math.nan
-    if n > 1:
-        half = t_quantile(0.975, n - 1) * difference.std(ddof=1) / math.sqrt(n)
-        low, high = mean - half, mean + half
-    wins, losses = int((difference > 0).sum()), int((difference < 0).sum())
-    verdict = NO_DIFFERENCE
-    if n < MIN_SEEDS:
-        verdict = f"none: {n} of {MIN_SEEDS} seeds"
-    elif low > 0 and wins > n / 2:
-        verdict = "higher"
-    elif high < 0 and losses > n / 2:
-        verdict = "lower"
-    return {"paired_seeds": n, f"minus_{REFERENCE}": mean, "low": low, "high": high, "wins": wins,
-            "losses": losses, "p": sign_flip_p(difference) if n else math.nan, "verdict": verdict}  # fmt: skip
+    row = paired_t(difference)
+    return {"paired_seeds": row["seeds"], f"minus_{REFERENCE}": row["mean_diff"], "low": row["ci_low"],
+            "high": row["ci_high"], "wins": row["wins"], "losses": row["losses"], "p": row["p_sign_flip"],
+            "p_t": row["p_t"]}  # fmt: skip
+
+
+def _verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """``p_holm`` (family: one setup's four AUCs against the reference) and each row's verdict."""
+    table = table.copy()
+    table["p_holm"] = holm(table["p_t"], table["setup"])
+    n, significant = table["paired_seeds"], table["p_holm"] < HOLM
+    higher = (table["low"] > 0) & (table["wins"] > n / 2) & significant & (n >= MIN_SEEDS)
+    lower = (table["high"] < 0) & (table["losses"] > n / 2) & significant & (n >= MIN_SEEDS)
+    few = n.notna() & (n < MIN_SEEDS)
+    table["verdict"] = np.select(
+        [few, higher, lower], [n.map(lambda k: f"none: {k:.0f} of {MIN_SEEDS} seeds"), "higher", "lower"], NO_DIFFERENCE
+    )
+    table.loc[n.isna(), "verdict"] = np.nan
+    return table
 
 
 def write_retrieval(out: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
@@ -95,8 +98,9 @@ def write_retrieval(out: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
     if len(paired_seeds):
         n = int(paired_seeds.max())
         lines += ["", f"A verdict: from {MIN_SEEDS} paired seeds or more, the 95% t-interval of the paired differences "
-                  "excludes 0 and the setup wins (loses) in more than half the seeds. With n paired seeds the exact "
-                  f"sign-flip p cannot fall below 2 / 2^n ({2 / 2**n:.3g} at the most seeds here, {n}): a verdict here rests on the t-interval (normal "
+                  "excludes 0, the setup wins (loses) in more than half the seeds, and the paired t-test's p, Holm-adjusted over "
+                  f"the setup's four AUCs (p_holm in retrieval.csv), is below {HOLM}. With n paired seeds the exact "
+                  f"sign-flip p cannot fall below 2 / 2^n ({2 / 2**n:.3g} at the most seeds here, {n}): a verdict here rests on the t-test (normal "
                   "differences), not on the sign test."]  # fmt: skip
     (out / "retrieval.md").write_text("\n".join(lines) + "\n")
     return table

@@ -24,8 +24,9 @@ from blindheads.evaluation.tags import (
     retrieval_tag,
     underflow_mean_tag,
 )
-from blindheads.experiments.comparisons import write_comparisons
+from blindheads.experiments.comparisons import REFERENCE, regime_row, write_comparisons
 from blindheads.experiments.findings import write_findings
+from blindheads.experiments.losses import write_losses
 from blindheads.experiments.retrieval_comparisons import write_retrieval
 from blindheads.experiments.runner import provenance, write_json
 
@@ -50,6 +51,10 @@ BY_DISTANCE = {  # recall_by_distance.csv column -> EpisodeRecall's tag
     "constant_answer": "constant_answer",  # 1: one predicted answer for nearly every episode
     "length": "length",  # the longest episode's tokens
     "exact_capped": "exact_capped",  # beyond the window, with every head's bias held at its value at the window
+    "exact_zero_free": "exact_zero_free",  # re-scored with the model in float64: no exact zeros
+    "exact_floored": "exact_floored",  # re-scored with every bias held at or above a floor
+    "zeros": "zeros",  # share of the fact's weights (episodes x layers x heads) exactly 0
+    "zeros_zero_free": "zeros_zero_free",  # ... in float64
     "carriers_blind": "carriers_blind",  # every head that carries recall gives the fact exactly 0
     "carriers_near_blind": "carriers_near_blind",  # ... less than attribution.NEAR_BLIND, not all 0
     "carriers_reachable": "carriers_reachable",  # ... some carrier gives it more
@@ -198,30 +203,37 @@ def head_attribution(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()), columns=["setup", "seed", "layer", "head", *HEAD_PARTS])
 
 
+INTERVENED = {"exact_capped": "capped", "exact_zero_free": "zero-free", "exact_floored": "floored"}
+
+
 def attribution_markdown(distances: pd.DataFrame, heads: pd.DataFrame, carries: float) -> str:
-    """Per setup: the heads that carry recall (ablation costs at least ``carries``) in how many seeds, and beyond
-    the window exact recall, recall with the bias capped, and the carriers' blind / near-blind shares (means over
-    seeds)."""
-    beyond = sorted(distances.loc[distances["exact_capped"].notna(), "factor"].unique())
+    """Per setup: the heads that carry recall (ablation costs at least ``carries``) in how many seeds, and at each
+    point re-scored under an intervention, exact recall, then recall with the bias capped beyond the window, without
+    exact zeros, with the bias floored, and the carriers' blind / near-blind shares (means over seeds)."""
+    kinds = [c for c in INTERVENED if c in distances and distances[c].notna().any()]
+    factors = sorted(distances.loc[distances[kinds].notna().any(axis=1), "factor"].unique()) if kinds else []
     lines = [
         f"Heads that carry in-window recall (ablating one at the answer's query costs at least {carries:.0%} of it; "
-        "l{layer}h{head}: seeds), and beyond the window: exact recall -> recall with every head's bias held at its value "
-        "at the window's edge [carriers blind / near-blind], means over seeds:",
+        "l{layer}h{head}: seeds), and per point exact recall -> recall re-scored "
+        f"({' / '.join(INTERVENED[k] for k in kinds)}: every head's bias beyond the window held at its value at the "
+        "window's edge / the model in float64, no exact zeros / every bias held at or above the floor) [carriers "
+        "blind / near-blind], means over seeds:",
         "",
-        "| setup | seeds | carriers | " + " | ".join(f"{f:g}x" for f in beyond) + " |",
-        "|---" * (len(beyond) + 3) + "|",
+        "| setup | seeds | carriers | " + " | ".join(f"{f:g}x" for f in factors) + " |",
+        "|---" * (len(factors) + 3) + "|",
     ]
     for setup, frame in distances.groupby("setup", sort=False):
         carriers = heads[(heads["setup"] == setup) & (heads["ablation_cost"] >= carries)]
         counts = carriers.groupby(["layer", "head"]).size().sort_values(ascending=False)
         named = ", ".join(f"l{layer}h{head}: {n}" for (layer, head), n in counts.items()) or "none"
         cells = []
-        for factor in beyond:
+        for factor in factors:
             at = frame[frame["factor"] == factor].mean(numeric_only=True)
             shares = (
                 f"{_share(at.get('carriers_blind'))} / {_share(at.get('carriers_near_blind'))}"  # absent: no carrier
             )
-            cells.append(f"{at['exact']:.2f} -> {_share(at.get('exact_capped'))} [{shares}]")
+            again = " / ".join(_share(at.get(k)) for k in kinds)
+            cells.append(f"{at['exact']:.2f} -> {again} [{shares}]")
         lines.append(f"| {setup} | {frame['seed'].nunique()} | {named} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -422,8 +434,12 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
     if not heads.empty:
         heads.to_csv(out / "underflow_per_head.csv")
     figures(out, runs, heads)
-    compared = write_comparisons(out, records)  # where the runs measured recall per point: paired differences
+    losses = write_losses(out, records)  # held-out natural-text loss by length and position, against ALiBi
     distances = recall_by_distance(records)
+    first_blind = predicted_blind_distances(records).get(REFERENCE)
+    regime = regime_row(distances, min(first_blind)) if first_blind and not distances.empty else None
+    # where the runs measured recall per point: paired differences, and the paper's regime where heads go blind in it
+    compared = write_comparisons(out, records, extra=[regime] if regime else [])
     if not distances.empty:
         distances.to_csv(out / "recall_by_distance.csv", index=False)
         (out / "recall_by_distance.md").write_text(distance_markdown(distances))
@@ -433,7 +449,7 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
             attributed.to_csv(out / "heads.csv", index=False)
             (out / "attribution.md").write_text(attribution_markdown(distances, attributed, CARRIES))
         if compared is not None:
-            write_findings(out, *compared, distances, attributed)
+            write_findings(out, *compared, distances, attributed, losses)
     for name, (_, measured) in CURVES.items():
         curves = curves_over_training(records, name, runs_dir)
         if not curves.empty:
