@@ -128,3 +128,16 @@ def test_a_floor_that_is_not_a_finite_negative_bias_is_refused():
     for floor in (0.0, 3.0, -math.inf, math.nan):
         with pytest.raises(ValueError, match="floor must be a finite negative bias"):
             EpisodeRecall(distances=[1.0], floor=floor)
+
+
+def test_a_model_trained_in_float64_is_its_own_zero_free_copy(cache_dir):
+    data = builtin_data(cache_dir, 64, 2, 2, retrieval_mix=RetrievalMix(facts=1, value_digits=(1, 1), max_gap=16))
+    model = tiny_lm({"warmup_steps": 1}, dtype="float64", context_length=64, position="alibi([2.0, 1.0, 1.0, 1.0])")
+    recall = EpisodeRecall(every_n_steps=None, gaps=[], distances=[4.0], samples=4, batch_size=4, zero_free=True)
+    trainer = cpu_trainer(max_steps=1, callbacks=[recall], precision="64-true")
+    trainer.fit(model, datamodule=data)
+    assert next(model.parameters()).dtype == torch.float64
+    with flushing_subnormals(), torch.inference_mode():
+        scalars = recall.evaluate(trainer, model)
+    assert scalars["recall/distance4x/zeros"] == scalars["recall/distance4x/zeros_zero_free"] == 0.0
+    assert scalars["recall/distance4x/exact_zero_free"] == scalars["recall/distance4x/exact"]

@@ -164,7 +164,8 @@ class EpisodeRecall(PeriodicEvaluation):
         if not trainer.is_global_zero:
             return None
         decoder, scalars, measured = pl_module.decoder, {}, {}
-        wide = in_float64(decoder) if self.zero_free else None
+        # a model computing in float64 already is its own zero-free copy: its recall is re-scored as it is
+        wide = in_float64(decoder) if self.zero_free and next(decoder.parameters()).dtype != torch.float64 else None
         with evaluating(pl_module), torch.no_grad(), trainer.precision_plugin.forward_context():
             for name, where in self.points(trainer.datamodule.seq_len).items():  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
                 episodes = self.episodes(trainer.datamodule, name, where)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
@@ -204,6 +205,11 @@ class EpisodeRecall(PeriodicEvaluation):
         where the training precision left no fact weight exactly 0, float64 leaves none either, so its weights are
         measured only where it did); ``exact_floored`` (with ``floor``)."""
         scalars = {}
+        if self.zero_free and wide is None:  # float64 already: the same computation, its values copied
+            scalars[tag("exact_zero_free")] = (
+                recall(decoder, tokenizer, episodes, self.batch_size).double().mean().item()
+            )
+            scalars[tag("zeros_zero_free")] = (paths.weights == 0).double().mean().item()
         if wide is not None:
             with torch.autocast(next(wide.parameters()).device.type, enabled=False):
                 exact = recall(wide, tokenizer, episodes, self.batch_size)

@@ -18,8 +18,8 @@ class LengthExtrapolation(PeriodicEvaluation):
     """Every ``every_n_steps`` steps and at ``validate``/``test``: held-out loss (natural text, no episodes) at
     ``factors`` x the training length, overall and per bucket of one training length of positions
     (``extrapolation/4x/bucket2`` is the loss on positions 2L..3L-1 of 4L-token sequences); with ``position_bucket``
-    (tokens), also per bucket of that many positions (``extrapolation/1x/at32``: positions 32..63), the loss by
-    position inside the window. Each rank scores its share of ``sequences`` per factor."""
+    (tokens), also per bucket of that many positions at the training length (``extrapolation/1x/at32``: positions
+    32..63), the loss by position inside the window. Each rank scores its share of ``sequences`` per factor."""
 
     def __init__(
         self,
@@ -50,7 +50,7 @@ class LengthExtrapolation(PeriodicEvaluation):
             buckets = means.view(factor, base).mean(dim=1)
             results[extrapolation_tag(factor, "loss", prefix)] = float(buckets.mean())
             results.update({extrapolation_tag(factor, f"bucket{k}", prefix): float(v) for k, v in enumerate(buckets)})
-            if self.position_bucket is not None:
+            if self.position_bucket is not None and factor == 1:
                 size = self.position_bucket
                 for start in range(0, length, size):
                     value = float(means[start : start + size].mean())
