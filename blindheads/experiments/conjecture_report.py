@@ -192,9 +192,7 @@ def verdict(table: pd.DataFrame) -> str:
             lines.append(f"- Exactly zero from the start at {', '.join(zeros['condition'])}: final accuracy "
                          f"{zeros['final_accuracy'].max():.2f} at most (best constant answer "
                          f"{zeros['constant_accuracy'].max():.2f}); the gradient reaching the digit there is "
-                         f"{'exactly 0' if (zeros['gradient'] == 0).all() else 'not 0'}; held-out accuracy equal to "
-                         f"the masked condition's at every measurement in {int(zero_runs['same_as_masked'].sum())} of "
-                         f"{len(zero_runs)} runs.")  # fmt: skip
+                         f"{'exactly 0' if (zeros['gradient'] == 0).all() else 'not 0'} ({len(zero_runs)} runs).")  # fmt: skip
         tiny = runs[(runs["far_weight_start"] > 0) & runs["same_as_masked"]]
         if len(tiny):
             lines.append(f"- Runs with a non-zero far weight whose held-out accuracy equals the masked condition's at "

@@ -78,9 +78,18 @@ def run_rows(records: list[dict]) -> pd.DataFrame:
         }
         row["recall_near"] = recall[min(recall)] if recall else None
         row["recall_far"] = recall[max(recall)] if recall else None
+        row["window"] = _window(metrics)
         row["wall_s"] = record.get("wall_s")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _window(metrics: dict) -> int | None:
+    """The training window (tokens), from a recall distance point: its tokens over its multiple of the window."""
+    for match in at_stage(RECALL, metrics):
+        if match["distance"] and match["part"] == "distance" and float(match["distance"]) > 0:
+            return round(float(metrics[match.string]) / float(match["distance"]))
+    return None
 
 
 def per_head_underflow(records: list[dict]) -> pd.DataFrame:
