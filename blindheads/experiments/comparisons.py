@@ -212,7 +212,7 @@ def compare(table: pd.DataFrame, chosen: list[tuple[str, str]], seed: int = 0, r
         constant = table.dropna(subset=["baseline"]).drop_duplicates(["seed", "point"]).assign(setup=BASELINE)
         constant["correct"] = (constant["baseline"] * constant["episodes"]).round().astype(int)
         table = pd.concat([table, constant], ignore_index=True)
-        setups = dict.fromkeys(s for s in table["setup"] if s != BASELINE and not s.endswith(CAPPED))
+        setups = dict.fromkeys(s for s in table["setup"] if s != BASELINE and plain_setup(s) == s)
         chosen = chosen + [(setup, BASELINE) for setup in setups]
     rows = []
     for point in dict.fromkeys(table["point"]):
