@@ -19,9 +19,9 @@ from blindheads.numerics import flushing_subnormals
 STEEP = "alibi([4.0])"  # one head, slope 4: float32 (flushed) zeroes a key 22 tokens back, float64 one 178 back
 
 
-def decoder(position: str = STEEP, **fields) -> Decoder:
+def decoder(position: str = STEEP, attention: str = "sdpa", **fields) -> Decoder:
     torch.manual_seed(0)
-    config = DecoderConfig.from_preset("tiny", vocab_size=64, attention="sdpa", dtype="float32", position=position,
+    config = DecoderConfig.from_preset("tiny", vocab_size=64, attention=attention, dtype="float32", position=position,
                                        num_heads=1, num_kv_heads=1, **fields)  # fmt: skip
     return Decoder(config).eval()
 
@@ -57,6 +57,26 @@ def test_in_float64_every_weight_float32_zeroes_is_kept_and_matches_torch_softma
     with flushing_subnormals():  # weights of 1e-70 change no output: both compute the same logits
         torch.testing.assert_close(wide(tokens).float(), model(tokens), rtol=1e-4, atol=1e-4)
     assert next(model.parameters()).dtype == torch.float32, "the copy is the model's, the model stays as it was"
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_in_float64_every_backend_of_the_copy_computes_in_float64_by_default(attention):
+    """The copy scored as it is (its own backend, no softmax dtype asked for) keeps the weights float32 zeroes: the
+    eager softmax's dtype is a setting that ``.double()`` alone would leave at float32."""
+    model, tokens = decoder(attention=attention), torch.randint(0, 64, (2, 60))
+    wide = in_float64(model)
+    seen = []
+    handles = [b.attn.weights.register_forward_hook(lambda m, i, o: seen.append(o)) for b in wide.blocks]
+    with flushing_subnormals():
+        logits = wide(tokens)
+        for handle in handles:
+            handle.remove()
+        if attention == "eager":
+            assert seen and all(w.dtype == torch.float64 and (w[:, :, -1] > 0).all() for w in seen)
+        by_hand = wide(tokens, attention="eager")  # eager against the copy's own backend, both in float64
+    assert logits.dtype == torch.float64 and wide.config.softmax_dtype == "float64"
+    torch.testing.assert_close(logits, by_hand, rtol=1e-10, atol=1e-10)
 
 
 def test_in_float64_a_gradient_reaches_a_far_key_and_in_float32_none_does():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import cast
 
 import lightning as L
 import torch
@@ -47,7 +48,7 @@ class WarmStart(L.Callback):
         path = self.resolved()
         checkpoint = load_checkpoint(path)
         state = {k: v for k, v in decoder_state(checkpoint).items() if not k.startswith(POSITION)}
-        decoder = pl_module.decoder  # type: ignore[attr-defined]  # a DecoderLM: the CLI's model class
+        decoder = cast(torch.nn.Module, pl_module.decoder)  # a DecoderLM: the CLI's model class
         own = {k: v for k, v in decoder.state_dict().items() if not k.startswith(POSITION)}
         missing, unexpected = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
         shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()

@@ -21,6 +21,7 @@ see 8 windows back, and a weight of 1e-28 is no more use than 0. So the heads ar
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -120,7 +121,11 @@ def in_float64(decoder):
     underflows until its bias passes ~708 nats (float32: ~87), forward or backward. Score it outside autocast. Made
     outside inference mode (``test`` runs in it), whose tensors the backends' caches could not version."""
     with torch.inference_mode(False):
-        return copy.deepcopy(decoder).double().eval()
+        wide = copy.deepcopy(decoder).double().eval()
+    for block in wide.blocks:  # the eager softmax's own dtype is a setting, not a tensor: .double() leaves it
+        block.attn.weights.dtype = torch.float64
+    wide.config = dataclasses.replace(wide.config, dtype="float64", softmax_dtype="float64")
+    return wide
 
 
 @contextmanager
