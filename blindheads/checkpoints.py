@@ -102,6 +102,14 @@ def newest_intact(directory: Path) -> Path | None:
     return max(whole, key=lambda p: (steps[p], p.stat().st_mtime_ns, p.name == "last.ckpt"), default=None)
 
 
+def resume_advice(directory: Path) -> str:
+    """What to do after a save into ``directory`` failed on a full disk: the newest intact checkpoint there, then
+    ``--ckpt_path last``."""
+    resume = newest_intact(directory)
+    then = f"the newest intact checkpoint is {resume}; " if resume else ""
+    return f"{then}free some space, then resume with --ckpt_path last"
+
+
 def load_checkpoint(ckpt_path: str | Path) -> dict:
     """A blindheads checkpoint's contents, on the CPU."""
     checkpoint = read_checkpoint(ckpt_path)

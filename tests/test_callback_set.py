@@ -25,7 +25,9 @@ def test_a_later_file_and_the_command_line_change_one_argument_by_name(monkeypat
 
 
 def test_an_unknown_callback_is_refused_naming_the_valid_ones(monkeypatch):
-    with pytest.raises(ValueError, match=r"--callbacks.use: unknown callback 'recal'; valid: progress, .*, recall, warm_start$"):
+    with pytest.raises(
+        ValueError, match=r"--callbacks.use: unknown callback 'recal'; valid: progress, .*, recall, warm_start$"
+    ):
         parsed(["--config", LAPTOP, "--callbacks.use+=recal"], monkeypatch)
 
 

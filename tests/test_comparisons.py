@@ -155,8 +155,12 @@ def test_recall_under_the_cap_is_compared_with_the_same_setup_uncapped_and_not_w
 def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_paper(tmp_path):
     from blindheads.experiments.retrieval_comparisons import write_retrieval
 
-    auc = {"alibi": [0.9, 0.8, 0.85], "log_distance": [0.95, 0.9, 0.97], "nope": [0.9, 0.8, 0.85],
-           "safe": [0.6, 0.49, 0.56]}
+    auc = {
+        "alibi": [0.9, 0.8, 0.85],
+        "log_distance": [0.95, 0.9, 0.97],
+        "nope": [0.9, 0.8, 0.85],
+        "safe": [0.6, 0.49, 0.56],
+    }
     runs = pd.DataFrame([
         {"setup": setup, "seed": seed, "passkey_auc_in": value, "passkey_auc_out": value / 2,
          "needle_auc_in": value, "needle_auc_out": 0.1}

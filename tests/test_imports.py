@@ -15,6 +15,7 @@ FLOORS = [
     {
         "blindheads",
         "atomic",
+        "disk",
         "arguments",
         "numerics",
         "prompt_texts",

@@ -13,7 +13,7 @@ import torch
 from training_runs import REPO, refusal
 
 from blindheads.analysis.paths import CALLBACK_DEFAULTS
-from blindheads.experiments import grid
+from blindheads.cli import grid
 from blindheads.experiments.loop import DONE, Run, complete, digest
 from blindheads.experiments.runner import (
     DRIVER_LOCK,

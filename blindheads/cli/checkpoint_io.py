@@ -10,8 +10,8 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from blindheads.atomic import remove_debris, staging_path
-from blindheads.checkpoints import not_a_checkpoint, read_checkpoint
-from blindheads.cli.disk_full import DiskFull, no_space
+from blindheads.checkpoints import not_a_checkpoint, read_checkpoint, resume_advice
+from blindheads.disk import DiskFull, no_space
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -36,7 +36,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         except Exception as error:
             if no_space(error) is None:
                 raise
-            raise DiskFull(path, path.parent) from None
+            raise DiskFull(path, resume_advice(path.parent)) from None
         finally:
             staging.unlink(missing_ok=True)
 

@@ -31,12 +31,12 @@ from blindheads.cli import callback_set
 from blindheads.cli.checkpoint_files import KeepWritingLast
 from blindheads.cli.checkpoint_io import AtomicCheckpointIO, not_a_checkpoint
 from blindheads.cli.checkpoint_options import check_precision, describe, is_typed, replaced_options, typed_options
-from blindheads.cli.disk_full import check_writable
 from blindheads.cli.interrupts import Interrupted, SaveOnInterrupt, exit_after_interrupt, stopping_at_once
 from blindheads.cli.rank_watchdog import watch_launcher
 from blindheads.cli.run_config import RunConfig
 from blindheads.cli.run_lock import RunLock
 from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.disk import check_writable
 from blindheads.modules.config import SHAPE, DecoderConfig
 from blindheads.modules.lm import DecoderLM, check_options
 from blindheads.numerics import apply_threshold, check_trainer_precision
@@ -264,6 +264,18 @@ def build_cli(args: list[str] | dict | None, run: bool = True) -> BlindheadsCLI:
             **{cmd: {"allow_abbrev": False, "exit_on_error": False} for cmd in ("fit", "validate", "test")},
         },
     )
+
+
+def fit(argv: list[str]) -> None:
+    main(["fit", *argv])
+
+
+def validate(argv: list[str]) -> None:
+    main(["validate", *argv])
+
+
+def test(argv: list[str]) -> None:
+    main(["test", *argv])
 
 
 def main(argv: list[str]) -> BlindheadsCLI:

@@ -10,7 +10,6 @@ training context length).
 from __future__ import annotations
 
 import inspect
-import json
 import re
 
 import torch
@@ -147,18 +146,3 @@ def model_arguments(text: str) -> dict[str, str]:
     if malformed:
         raise ValueError(f"--model_args {text!r}: {malformed[0]!r} is not key=value")
     return {key.strip(): value for key, _, value in (piece.partition("=") for piece in pieces)}
-
-
-def main(argv: list[str]) -> None:
-    """``blindheads lm_eval ARGS``: lm-evaluation-harness's own CLI with the ``blindheads`` model registered, each
-    ``--model_args key=value,...`` handed to it as JSON so that commas in paths survive."""
-    import sys
-
-    from lm_eval.__main__ import cli_evaluate
-
-    argv = list(argv)
-    for index, flag in enumerate(argv[:-1]):
-        if flag in ("--model_args", "-a") and not argv[index + 1].lstrip().startswith("{"):
-            argv[index + 1] = json.dumps(model_arguments(argv[index + 1]))
-    sys.argv = ["lm_eval", *argv]
-    cli_evaluate()

@@ -1,20 +1,5 @@
-"""blindheads conjecture: where does learning through a small attention weight stop, and is it at exact zero?
-
-Exactly-zero weights pass no gradient, so a head blind from the start could never learn to use what lies beyond its
-blind distance; the question is whether tiny non-zero weights do any better. Both arms give the only useful fact
-(a digit 96-128 tokens back) a step bias of -B, B the dose, swept from 0 past the float32 flush edge (``tau``,
-where the far weight is exactly 0) to a masked control:
-
-- the bare head (``far_head``): one attention head, every B and seed trained at once; four optimizer arms: Adam
-  (eps 1e-8), Adam with eps 1e-20 (Adam rescales tiny gradients: does that rescue them?), Adam in float64 (does the
-  float format move the stopping point?) and SGD;
-- the decoder (``far_decoder``): the project's decoder pretrained once per seed on near recall, then trained per B.
-
-Each arm (the decoder: each seed) is one run of the experiment loop: its record goes to ``OUT/records/`` as it
-finishes, so a part of the experiment can be committed and the same command continues with what is missing.
-The summary: per arm and B, seeds that learned, steps to 0.9 held-out accuracy, the starting far weight and the
-gradient reaching the digit; a figure, and a verdict computed from them (``conjecture_verdict``).
-"""
+"""The conjecture's runs: one per bare-head arm (every B and seed at once) and one per decoder seed, each a
+``blindheads conjecture-arm`` (the command: ``blindheads.cli.conjecture``)."""
 
 from __future__ import annotations
 
@@ -23,50 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from blindheads.arguments import Parser
 from blindheads.experiments import far_decoder, far_head
 from blindheads.experiments.conjecture_report import plot, summarize
-from blindheads.experiments.loop import Run, add_part_option, run_experiment
-from blindheads.experiments.runner import at_least, checked, distinct, provenance, write_json
+from blindheads.experiments.loop import Run
+from blindheads.experiments.runner import provenance, write_json
 
 HEAD_ARMS = list(far_head.ARMS)
 ARMS = [*HEAD_ARMS, "decoder"]
 BIASES = [*map(str, range(11)), "12", "16", "20", "30", "45", "60", far_head.FLUSH_EDGE, "100", far_head.MASKED]
 COMMAND = "conjecture-arm"  # the subcommand that trains one run
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The options, every value checked before anything runs (one line naming the bad value and the choices)."""
-    parser = Parser("blindheads conjecture", __doc__)
-    parser.add_argument("--arms", nargs="+", default=ARMS, help=f"any of {', '.join(ARMS)}")
-    parser.add_argument("--biases", nargs="+", default=BIASES,
-                        help=f"step heights B in nats: numbers, {far_head.FLUSH_EDGE} (float32's flush edge), "
-                             f"{far_head.MASKED}")  # fmt: skip
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="seeds of the bare-head arms")
-    parser.add_argument("--decoder-seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of the decoder arm")
-    parser.add_argument("--steps", type=int, default=10_000, help="training steps of a bare-head arm")
-    parser.add_argument("--decoder-pretrain", type=int, default=300, help="near-recall steps before the conditions")
-    parser.add_argument("--decoder-steps", type=int, default=1000, help="most far-recall steps of a decoder condition")
-    parser.add_argument("--decoder-every", type=int, default=5, help="steps between a decoder's measurements")
-    parser.add_argument("--every", type=int, default=25, help="steps between held-out measurements")
-    parser.add_argument("--runs", default="runs/conjecture", help="each run's log and record")
-    parser.add_argument("--out", help="summary directory; default: the runs' directory + -summary")
-    parser.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
-    add_part_option(parser)
-    args = parser.parse_args(argv)
-    args.config, args.extra = [], []
-    unknown = [arm for arm in args.arms if arm not in ARMS]
-    if unknown:
-        raise ValueError(f"unknown arms {unknown}; valid: {', '.join(ARMS)}")
-    for bias in args.biases:
-        far_head.bias_value(bias)
-    distinct("--arms", args.arms)
-    distinct("--biases", args.biases)
-    distinct("--decoder-seeds", args.decoder_seeds)
-    at_least("--decoder-seeds", args.decoder_seeds, 0)
-    at_least("--steps, --decoder-pretrain, --decoder-steps, --every and --decoder-every",
-             [args.steps, args.decoder_pretrain, args.decoder_steps, args.every, args.decoder_every], 1)  # fmt: skip
-    return checked(args)
 
 
 def runs(args: argparse.Namespace) -> list[Run]:
@@ -87,41 +37,27 @@ def runs(args: argparse.Namespace) -> list[Run]:
     return head + decoder
 
 
-def arm_main(argv: list[str]) -> None:
-    """``blindheads conjecture-arm``: one run of the experiment (the driver starts it), its rows in
-    ``--out/results.json``."""
-    parser = Parser("blindheads conjecture-arm", arm_main.__doc__)
-    parser.add_argument("--arm", required=True, choices=ARMS)
-    parser.add_argument("--biases", nargs="+", required=True)
-    parser.add_argument("--seeds", nargs="+", type=int, required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--pretrain", type=int, default=0)
-    parser.add_argument("--every", type=int, required=True)
-    parser.add_argument("--out", required=True, help="the run's directory")
-    args = parser.parse_args(argv)
-    if args.arm == "decoder":
-        (seed,) = args.seeds
-        result = far_decoder.train_seed(seed, args.biases, args.pretrain, args.steps, args.every)
+def train_arm(arm: str, biases: list[str], seeds: list[int], steps: int, pretrain: int, every: int) -> dict:
+    """One run: a bare-head arm at every B and seed, or the decoder at its one seed; its rows."""
+    if arm == "decoder":
+        (seed,) = seeds
+        return far_decoder.train_seed(seed, biases, pretrain, steps, every)
+    return far_head.train(far_head.ARMS[arm], biases, seeds, steps, every)
+
+
+def write_summary(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str],
+                  seeds: list[int]) -> pd.DataFrame:  # fmt: skip
+    """The conjecture's summary from its runs' records (``conjecture_report``), and ``results.json``: every run
+    with the command, versions and wall time (``seeds``: every seed of the experiment), and the runs not done."""
+    rows = [{"arm": record["arm"], **row} for record in records for row in record["rows"]]
+    table = summarize(out, rows) if rows else pd.DataFrame()
+    if rows:
+        plot(out, table)
     else:
-        result = far_head.train(far_head.ARMS[args.arm], args.biases, args.seeds, args.steps, args.every)
-    write_json(Path(args.out) / "results.json", result, compact=True)
-
-
-def main(argv: list[str]) -> pd.DataFrame:
-    args = parse_args(argv)
-
-    def write(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str]) -> pd.DataFrame:
-        rows = [{"arm": record["arm"], **row} for record in records for row in record["rows"]]
-        table = summarize(out, rows) if rows else pd.DataFrame()
-        if rows:
-            plot(out, table)
-        else:
-            (out / "summary.md").write_text("No run is done yet.\n")
-        write_json(out / "results.json", {
-            **provenance(command, wall_s, sorted({*args.seeds, *args.decoder_seeds})),
-            "runs": [{k: v for k, v in r.items() if k not in ("rows", "pretrain")} for r in records],
-            "runs_wall_s": round(sum(r["wall_s"] for r in records), 1), "remaining": remaining,
-        })  # fmt: skip
-        return table
-
-    return run_experiment("conjecture", argv, args, runs(args), write)
+        (out / "summary.md").write_text("No run is done yet.\n")
+    write_json(out / "results.json", {
+        **provenance(command, wall_s, seeds),
+        "runs": [{k: v for k, v in r.items() if k not in ("rows", "pretrain")} for r in records],
+        "runs_wall_s": round(sum(r["wall_s"] for r in records), 1), "remaining": remaining,
+    })  # fmt: skip
+    return table

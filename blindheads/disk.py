@@ -1,5 +1,6 @@
-"""A full disk ends a run in one line: the file it could not write, the space left there, the checkpoint to resume from;
-a run folder that cannot be written (full, read-only, a file) is refused before the run, in one line."""
+"""A full disk ends a command in one line: the file it could not write, the space left there, what to do; a
+run folder that cannot be written (full, read-only, a file) is refused before the run, in one line. The standard
+library only: the ``blindheads`` command itself reads a full disk with it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import errno
 import os
 import shutil
 from pathlib import Path
-
-from blindheads.checkpoints import newest_intact
 
 FULL_TEXTS = ("No space left on device", "StorageFull")  # how writers that raise their own errors say it (safetensors)
 LEAST_FREE = 1_000_000  # bytes a run needs to start (its lock, config, first event file): below it, the disk is full
@@ -28,18 +27,14 @@ def no_space(error: BaseException | None) -> OSError | None:
 
 
 class DiskFull(OSError):
-    """A write that ran out of space, in one line: the file, the space left there, and what to do: for a run's
-    checkpoint (``checkpoints``, its folder), the newest intact one and ``--ckpt_path last``; otherwise ``advice``
-    (by default: free some space and run the same command again, which continues where it stopped)."""
+    """A write that ran out of space, in one line: the file, the space left there, and what to do: ``advice`` (for a
+    run's checkpoint, the newest intact one and ``--ckpt_path last``: ``checkpoints.reading.resume_advice``; by
+    default, free some space and run the same command again, which continues where it stopped)."""
 
-    def __init__(self, path: str | Path, checkpoints: str | Path | None = None, advice: str | None = None) -> None:
+    def __init__(self, path: str | Path, advice: str | None = None) -> None:
         path = Path(path)
         existing = _existing(path.parent)
         free = shutil.disk_usage(existing).free
-        if checkpoints is not None:
-            resume = newest_intact(Path(checkpoints))
-            then = f"the newest intact checkpoint is {resume}; " if resume else ""
-            advice = f"{then}free some space, then resume with --ckpt_path last"
         super().__init__(
             errno.ENOSPC,
             f"no space left on device writing {path} ({_size(free)} free on {existing}): "
