@@ -16,6 +16,7 @@ FLOORS = [
         "blindheads",
         "atomic",
         "disk",
+        "packaged",
         "arguments",
         "numerics",
         "prompt_texts",

@@ -12,7 +12,6 @@ import pytest
 import torch
 from training_runs import REPO, refusal
 
-from blindheads.analysis.paths import CALLBACK_DEFAULTS
 from blindheads.cli import grid
 from blindheads.experiments.loop import DONE, Run, complete, digest
 from blindheads.experiments.runner import (
@@ -28,6 +27,7 @@ from blindheads.experiments.runner import (
     write_json,
 )
 from blindheads.experiments.setups import setup_files
+from blindheads.packaged import CALLBACK_DEFAULTS
 
 
 def test_a_run_directory_made_with_other_options_is_refused_naming_the_difference(tmp_path):
@@ -51,7 +51,7 @@ def test_the_callback_defaults_every_config_builds_on_are_part_of_a_runs_identit
     checkout = tmp_path / "checkout"
     (checkout / "configs/callbacks").mkdir(parents=True)
     (checkout / CALLBACK_DEFAULTS).write_text("callbacks: {}\n")
-    monkeypatch.setattr("blindheads.experiments.runner.from_repository", lambda path: checkout / path)
+    monkeypatch.setattr("blindheads.experiments.runner.packaged", lambda path: checkout / path)
     run = tmp_path / "runs/alibi/seed0"
     claim(run, identity([], []))
     (checkout / CALLBACK_DEFAULTS).write_text("callbacks: {checkpoint: {save_top_k: 1}}\n")

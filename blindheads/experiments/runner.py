@@ -33,10 +33,10 @@ from typing import TypeVar
 import yaml
 
 from blindheads import atomic, locks
-from blindheads.analysis.paths import CALLBACK_DEFAULTS, from_repository
 from blindheads.checkpoints import newest_intact
 from blindheads.experiments.setups import located
 from blindheads.locks import RUN_LOCK
+from blindheads.packaged import CALLBACK_DEFAULTS, packaged
 
 PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")  # recorded beside every result
 DRIVER_LOCK = ".blindheads-driver.lock"
@@ -278,7 +278,7 @@ def identity(options: list[str], config_files: list[str], env: dict | None = Non
     """What decides a run's result: its options, the environment it sets, its config files' contents, and the
     callback settings every config builds on."""
     configs = config_texts(config_files)
-    configs[CALLBACK_DEFAULTS] = _digest(from_repository(CALLBACK_DEFAULTS).read_text())
+    configs[CALLBACK_DEFAULTS] = _digest(packaged(CALLBACK_DEFAULTS).read_text())  # the key committed runs hold
     return {"options": options, "env": env or {}, "configs": dict(sorted(configs.items()))}
 
 
