@@ -14,7 +14,7 @@ from safetensors import SafetensorError
 from training_runs import copy_run, refusal, tiny_run_args
 from transformers import BloomConfig, BloomForCausalLM
 
-from blindheads.checkpoints import read_checkpoint
+from blindheads.checkpoints.reading import read_checkpoint
 from blindheads.datamodules.cache import MARK
 from blindheads.datamodules.tokenizer import builtin_tokenizer_dir, load_tokenizer
 from blindheads.disk import no_space

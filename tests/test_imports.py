@@ -17,6 +17,8 @@ FLOORS = [
         "atomic",
         "disk",
         "packaged",
+        "running",
+        "signals",
         "arguments",
         "numerics",
         "prompt_texts",
@@ -27,7 +29,7 @@ FLOORS = [
     {"datamodules"},
     {"checkpoints"},
     {"evaluation"},
-    {"analysis", "callbacks", "export"},
+    {"analysis", "callbacks", "export", "runs"},
     {"experiments", "probes"},
     {"cli", "__main__"},
 ]

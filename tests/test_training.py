@@ -13,7 +13,7 @@ import pytest
 import torch
 from training_runs import REPO, TESTS, copy_run, refusal, run_cli, scalars, tiny_run_args
 
-from blindheads.checkpoints import read_checkpoint
+from blindheads.checkpoints.reading import read_checkpoint
 from blindheads.cli.lightning import build_cli
 from blindheads.modules.schedules import lr_multiplier
 

@@ -13,6 +13,7 @@ import lightning as L
 import torch
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars
+from blindheads.datamodules.fineweb import datamodule_of
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.evaluation.answer_paths import AnswerPaths
 from blindheads.evaluation.attribution import (
@@ -125,7 +126,7 @@ class EpisodeRecall(PeriodicEvaluation):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Build the episodes now: a gap the window cannot hold fails before training, not at the first evaluation."""
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
-        data = trainer.datamodule  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        data = datamodule_of(trainer)
         seed = trainer.strategy.broadcast(seed, src=0)  # rank 0's: every rank answers the same episodes
         self.results_fields = {"episode_seed": seed, "episode_sets": self.draw(data, seed)}
         if self.attribution and not self._in_window(data.seq_len, self.points(data.seq_len)):
@@ -166,10 +167,10 @@ class EpisodeRecall(PeriodicEvaluation):
         decoder, scalars, measured = pl_module.decoder, {}, {}
         wide = in_float64(decoder) if self.zero_free else None
         with evaluating(pl_module), torch.no_grad(), trainer.precision_plugin.forward_context():
-            for name, where in self.points(trainer.datamodule.seq_len).items():  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
-                episodes = self.episodes(trainer.datamodule, name, where)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+            for name, where in self.points(datamodule_of(trainer).seq_len).items():
+                episodes = self.episodes(datamodule_of(trainer), name, where)
                 samples = [e.sample for e in episodes]
-                scores = score_samples(decoder, trainer.datamodule.tokenizer, samples, self.batch_size)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                scores = score_samples(decoder, datamodule_of(trainer).tokenizer, samples, self.batch_size)
                 exact = torch.tensor([s.exact for s in scores])
                 paths = episode_paths(decoder, episodes, self.batch_size, autocast_dtype(trainer))
                 measured[name] = Measured(episodes, exact, paths)
@@ -181,7 +182,7 @@ class EpisodeRecall(PeriodicEvaluation):
                 scalars[tag("constant_answer")] = float(top_share(s.predicted for s in scores) >= CONSTANT)
                 scalars[tag("distance")] = measured[name].distance
                 scalars[tag("length")] = length
-                scalars[tag("in_window")] = float(length <= trainer.datamodule.seq_len)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                scalars[tag("in_window")] = float(length <= datamodule_of(trainer).seq_len)
                 scalars[tag("blind")] = paths.blind.float().mean().item()
                 scalars[tag("unreachable")] = (~paths.reachable).float().mean().item()
                 scalars[tag("failed_blind")] = (~exact & paths.blind).float().mean().item()
@@ -190,7 +191,9 @@ class EpisodeRecall(PeriodicEvaluation):
                     for head, value in enumerate(weights):
                         scalars[recall_weight_tag(name, layer, head, prefix)] = value
                 scalars[tag("zeros")] = (paths.weights == 0).double().mean().item()
-                scalars.update(self._interventions(decoder, wide, trainer.datamodule.tokenizer, paths, episodes, tag))  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                scalars.update(
+                    self._interventions(decoder, wide, datamodule_of(trainer).tokenizer, paths, episodes, tag)
+                )
             if self.attribution:
                 scalars.update(self._attribute(trainer, decoder, measured, prefix))
         for name, values in decoder.position.learned_head_parameters().items():
@@ -220,7 +223,7 @@ class EpisodeRecall(PeriodicEvaluation):
 
     def _attribute(self, trainer: L.Trainer, decoder, measured: dict[str, Measured], prefix: str) -> dict[str, float]:
         """The attribution scalars (see the class docstring) from the points already measured."""
-        tokenizer, seq_len, scalars = trainer.datamodule.tokenizer, trainer.datamodule.seq_len, {}  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        tokenizer, seq_len, scalars = datamodule_of(trainer).tokenizer, datamodule_of(trainer).seq_len, {}
         inside = self._in_window(seq_len, measured)
         near = max(inside, key=lambda n: measured[n].distance)
         costs = ablation_costs(decoder, tokenizer, measured[near].episodes, self.batch_size)

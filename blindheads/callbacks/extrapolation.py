@@ -8,6 +8,7 @@ import lightning as L
 import torch
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, training_length
+from blindheads.datamodules.fineweb import datamodule_of
 from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.scoring import token_losses
 from blindheads.evaluation.tags import extrapolation_tag
@@ -40,7 +41,7 @@ class LengthExtrapolation(PeriodicEvaluation):
         results = {}
         for factor in self.factors:
             length = factor * base
-            tokens = trainer.datamodule.heldout_windows(self.sequences, length)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+            tokens = datamodule_of(trainer).heldout_windows(self.sequences, length)
             mine = tokens[trainer.global_rank :: trainer.world_size].to(pl_module.device)
             position_sums = torch.zeros(length, dtype=torch.float64, device=pl_module.device)
             if len(mine):

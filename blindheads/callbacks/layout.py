@@ -18,6 +18,7 @@ from blindheads.callbacks.extrapolation import LengthExtrapolation
 from blindheads.callbacks.periodic import autocast_dtype, scaled_lengths, training_length
 from blindheads.callbacks.retrieval import RetrievalEval
 from blindheads.callbacks.underflow import UnderflowMonitor, length_label
+from blindheads.datamodules.fineweb import datamodule_of
 from blindheads.evaluation.tags import (
     STAGES,
     blind_distance_tag,
@@ -31,6 +32,7 @@ from blindheads.evaluation.tags import (
     underflow_tag,
 )
 from blindheads.modules.lm import DecoderLM
+from blindheads.running import running
 
 PREFIX = f"({'|'.join(STAGES)})?"
 SOFTMAXES = "(materialized|fused)"  # both predictions, in one chart
@@ -46,14 +48,14 @@ def layout(trainer: L.Trainer, pl_module: DecoderLM) -> dict:
     """The CUSTOM SCALARS tab: categories of charts, each a list of tag regexes drawn together, for the evaluations
     in ``trainer.callbacks``."""
     categories = {}
-    for callback in trainer.callbacks:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+    for callback in running(trainer).callbacks:
         if isinstance(callback, UnderflowMonitor):
             categories.update(underflow_charts(trainer, pl_module, callback))
     points = [
         p
-        for c in trainer.callbacks  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        for c in running(trainer).callbacks
         if isinstance(c, EpisodeRecall)
-        for p in c.points(trainer.datamodule.seq_len)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        for p in c.points(datamodule_of(trainer).seq_len)
     ]
     if points:
         names = "|".join(map(re.escape, points))
@@ -61,7 +63,7 @@ def layout(trainer: L.Trainer, pl_module: DecoderLM) -> dict:
         categories["recall by distance"] = {
             title: chart(recall_tag(f"({names})", part) + "$") for title, part in parts.items()
         }
-    tasks = [c.task for c in trainer.callbacks if isinstance(c, RetrievalEval)]  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+    tasks = [c.task for c in running(trainer).callbacks if isinstance(c, RetrievalEval)]
     if tasks:
         charts = {
             f"{task}, exact by length and depth": chart(retrieval_exact_tag(task, r"\d+", r"\d+") + "$")
@@ -72,7 +74,7 @@ def layout(trainer: L.Trainer, pl_module: DecoderLM) -> dict:
         )
         categories["retrieval"] = charts
     categories["loss"] = {"train and validation": chart(loss_tag("train/") + "$", loss_tag() + "$")}
-    if any(isinstance(c, LengthExtrapolation) for c in trainer.callbacks):  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+    if any(isinstance(c, LengthExtrapolation) for c in running(trainer).callbacks):
         categories["loss"]["by length"] = chart(extrapolation_tag(r"\d+") + "$")
     return categories
 

@@ -11,6 +11,7 @@ import lightning as L
 import numpy as np
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_figures, log_scalars, scaled_lengths, training_length
+from blindheads.datamodules.fineweb import datamodule_of
 from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.figures import grid_heatmap
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
@@ -86,7 +87,7 @@ class RetrievalEval(PeriodicEvaluation):
         samples = self.samples_for(trainer, pl_module)
         mine = samples[trainer.global_rank :: trainer.world_size]
         with evaluating(pl_module), trainer.precision_plugin.forward_context():
-            scores = score_samples(pl_module.decoder, trainer.datamodule.tokenizer, mine, self.batch_size)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+            scores = score_samples(pl_module.decoder, datamodule_of(trainer).tokenizer, mine, self.batch_size)
         summary = summarize_grid(scores, lengths, self.depths, training_length(trainer, pl_module), pl_module.device)
         self.last = summary
         self._log(trainer, pl_module, summary, prefix)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
-import signal
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -22,6 +21,8 @@ from blindheads.datamodules.sources import SOURCES, DataFiles, data_files, strea
 from blindheads.datamodules.task_format import TaskFormat, TaskWriter
 from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
 from blindheads.datamodules.windows import TokenWindows, collate_windows
+from blindheads.running import running
+from blindheads.signals import ignore_stops
 
 log = logging.getLogger(__name__)
 
@@ -319,9 +320,7 @@ def _leave_interrupts_to_the_main_process(worker_id: int) -> None:
     """Workers ignore Ctrl-C, SIGTERM and SIGHUP: training saves and stops at a step boundary, then shuts them down.
     (A worker left running when the main process exits, by a loader abandoned mid-stream, is killed at exit by
     ``_kill_workers_left_at_exit``: Python's own clean-up would send it the SIGTERM it ignores, and wait forever.)"""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    ignore_stops()
 
 
 def _kill_workers_left_at_exit() -> None:
@@ -333,3 +332,9 @@ def _kill_workers_left_at_exit() -> None:
 
 
 atexit.register(_kill_workers_left_at_exit)
+
+
+def datamodule_of(trainer: L.Trainer) -> FineWebEdu:
+    """The data module ``trainer`` runs with, as the project's own (its tokenizer, windows and held-out text): what
+    every evaluation callback reads. Lightning sets it at run time (``running``)."""
+    return cast(FineWebEdu, running(trainer).datamodule)

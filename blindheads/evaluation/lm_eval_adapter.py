@@ -19,7 +19,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, handle_arg_string, make_disjoint_window
 from tqdm import tqdm
 
-from blindheads.checkpoints import checkpoint_decoder, checkpoint_tokenizer, load_checkpoint
+from blindheads.checkpoints.reading import load_checkpoint
+from blindheads.checkpoints.rebuild import checkpoint_decoder, checkpoint_tokenizer
 
 
 @register_model("blindheads")

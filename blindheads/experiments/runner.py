@@ -32,11 +32,12 @@ from typing import TypeVar
 
 import yaml
 
-from blindheads import atomic, locks
-from blindheads.checkpoints import newest_intact
+from blindheads import atomic, locks, signals
+from blindheads.checkpoints.reading import newest_intact
 from blindheads.experiments.setups import located
 from blindheads.locks import RUN_LOCK
 from blindheads.packaged import CALLBACK_DEFAULTS, packaged
+from blindheads.signals import Interrupted
 
 PACKAGES = ("torch", "lightning", "transformers", "datasets", "tokenizers")  # recorded beside every result
 DRIVER_LOCK = ".blindheads-driver.lock"
@@ -53,10 +54,6 @@ class RunChanged(ValueError):
 
 class JobFailed(RuntimeError):
     """A ``blindheads`` job of the experiment exited with an error (not because the driver was signalled)."""
-
-
-class Interrupted(Exception):
-    """A job stopped, or never started, because the driver was signalled."""
 
 
 def configs(files: list[str]) -> list[str]:
@@ -114,20 +111,18 @@ class Driver:
         self._live: dict[subprocess.Popen, Path] = {}  # job -> its run directory
         self._stopped: set[Path] = set()  # run directories whose job was signalled
         self._lock = threading.Lock()  # a job starts wholly before or after a signal is passed on
-        self._previous: dict = {}
+        self._forwarding = contextlib.ExitStack()
 
     def __enter__(self) -> Driver:
-        self._previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._forwarding.enter_context(signals.handling((signal.SIGINT, signal.SIGTERM), self._forward))
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+        self._forwarding.close()
         if self.signum is not None and (error is None or isinstance(error, Interrupted)):
             saved = sum(bool(resume_option(run_dir)) for run_dir in self._stopped)
-            print(f"blindheads {self.program}: interrupted: {saved} runs saved; rerun the same command to continue",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            sys.exit(128 + self.signum)
+            signals.exit_after(Interrupted(self.signum, f"blindheads {self.program}: interrupted: {saved} runs saved; "
+                                           "rerun the same command to continue"))  # fmt: skip
         if isinstance(error, JobFailed):
             sys.exit(f"blindheads {self.program}: error: {error}")
 
@@ -139,11 +134,16 @@ class Driver:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(job.pid, signum)
 
+    def _interrupted(self) -> Interrupted:
+        """What a job that stopped, or never started, because the driver was signalled raises."""
+        assert self.signum is not None
+        return Interrupted(self.signum, f"blindheads {self.program}: stopped by {signal.Signals(self.signum).name}")
+
     def launch(self, command: list[str], run_dir: Path, env: dict | None = None) -> None:
         """``blindheads COMMAND`` for ``run_dir``, its output appended to ``RUN_DIR.COMMAND.log`` beside it (a log
         is never truncated: a resumed run's follows its first part); one thread when runs share the machine."""
         if self.signum is not None:  # interrupted: the runs still queued start nothing, not even their logs
-            raise Interrupted
+            raise self._interrupted()
         log = run_dir.parent / f"{run_dir.name}.{command[0]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         threads = {"OMP_NUM_THREADS": "1"} if self.parallel > 1 else {}
@@ -151,7 +151,7 @@ class Driver:
         with open(log, "a") as out:
             with self._lock:
                 if self.signum is not None:
-                    raise Interrupted
+                    raise self._interrupted()
                 out.write(f"--- blindheads {command[0]}, started {datetime.now().isoformat(timespec='seconds')}\n")
                 out.flush()
                 job = subprocess.Popen([sys.executable, "-m", "blindheads", *command], stdout=out,
@@ -162,7 +162,7 @@ class Driver:
             with self._lock:
                 del self._live[job]
         if self.signum is not None:
-            raise Interrupted
+            raise self._interrupted()
         if code:
             lines = [line.strip() for line in log.read_text().splitlines() if line.strip()]
             last = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")

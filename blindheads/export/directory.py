@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 from blindheads.atomic import remove_debris, staging_path
-from blindheads.checkpoints import checkpoint_tokenizer, decoder_config, load_checkpoint
+from blindheads.checkpoints.reading import load_checkpoint
+from blindheads.checkpoints.rebuild import checkpoint_tokenizer, decoder_config
 from blindheads.disk import DiskFull, no_space
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
 

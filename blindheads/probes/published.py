@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from blindheads.blindness import blind_distances
-from blindheads.checkpoints import refused_code
+from blindheads.checkpoints.reading import refused_code
 from blindheads.datamodules.hub import require_hub
 from blindheads.evaluation.contexts import forward_hooks
 from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_distance, zero_statistics

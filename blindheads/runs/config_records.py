@@ -20,8 +20,8 @@ import yaml
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.trainer.states import TrainerFn
 
-from blindheads.checkpoints import recorded_step
-from blindheads.cli.checkpoint_options import flatten
+from blindheads.checkpoints.options import flatten
+from blindheads.checkpoints.reading import recorded_step
 
 log = logging.getLogger(__name__)
 RECORD = "config.yaml"

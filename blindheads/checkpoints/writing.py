@@ -1,4 +1,4 @@
-"""Checkpoints that are never half written."""
+"""Checkpoints that are never half written, and the ``last.ckpt`` a resumed fit goes on writing."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from blindheads.atomic import remove_debris, staging_path
-from blindheads.checkpoints import not_a_checkpoint, read_checkpoint, resume_advice
+from blindheads.checkpoints.reading import not_a_checkpoint, read_checkpoint, resume_advice
 from blindheads.disk import DiskFull, no_space
 
 
@@ -55,3 +57,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
             raise ValueError(not_a_checkpoint(path, KeyError("state_dict")))
         return checkpoint
+
+
+class KeepWritingLast(L.Callback):
+    """A resumed fit goes on writing its directory's ``last.ckpt``. ModelCheckpoint forgets which file it wrote
+    last when the checkpoint was saved in another directory (a run copied with ``cp -r``), then writes
+    ``last-v1.ckpt`` beside the ``last.ckpt`` it resumed from, leaving that one stale."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.ckpt_path is None:
+            return
+        for callback in trainer.checkpoint_callbacks:
+            if not isinstance(callback, ModelCheckpoint) or not (callback.save_last and callback.dirpath):
+                continue
+            if Path(callback.last_model_path).parent != Path(callback.dirpath):
+                callback.last_model_path = callback.format_checkpoint_name({}, callback.CHECKPOINT_NAME_LAST)

@@ -54,7 +54,7 @@ class RunLock(L.Callback):
             self.discard = directory
 
     def remove_discarded(self) -> None:
-        """Called by the CLI after Lightning's own clean-up (its loggers write until then)."""
+        """Called after Lightning's own clean-up (its loggers write until then): ``RunSafety.after_run``."""
         if self.discard is not None:
             shutil.rmtree(self.discard, ignore_errors=True)
             if self.discard.parent.is_dir() and not any(self.discard.parent.iterdir()):
