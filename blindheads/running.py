@@ -1,6 +1,6 @@
 """What Lightning sets on a Trainer while it runs, outside its class's declarations (``trainer.callbacks``,
 ``trainer.datamodule``, ``trainer.log_every_n_steps``), typed in this one place: a type checker reads them through
-``running(trainer)``. (The data module as the project's own: ``datamodules.fineweb.datamodule_of``.)"""
+``running(trainer)``. (The data module as the project's own: ``datamodules.text.datamodule_of``.)"""
 
 from __future__ import annotations
 

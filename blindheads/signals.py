@@ -1,7 +1,7 @@
 """The project's one signal mechanism: which signals stop a command, how a handler is installed for a while and the
 previous one restored, how DataLoader workers leave them to the main process, and how a stopped command exits (one
 line, 128 + the signal's number). A fit routes them to a save at the step's end (``runs.interrupts``); a driver of
-many runs forwards them to its jobs (``experiments.runner.Driver``). The standard library only."""
+many runs forwards them to its jobs (``experiments.driver.jobs.Driver``). The standard library only."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from training_runs import REPO
 
-from blindheads.experiments.runner import identity
-from blindheads.experiments.setups import located, setup_names
-from blindheads.packaged import CALLBACK_DEFAULTS, packaged
+from blindheads.experiments.driver.identity import identity
+from blindheads.experiments.grid.setups import setup_names
+from blindheads.packaged import CALLBACK_DEFAULTS, located, packaged
 
 # A committed run of the grid: its record holds the identity it was made with (``experiments.loop.keep``).
 COMMITTED = REPO / "results/recall_by_distance/records/alibi-seed-0.json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from functools import partial
 from typing import NamedTuple
@@ -12,9 +13,10 @@ from typing import NamedTuple
 import lightning as L
 import torch
 
+from blindheads.callbacks.charts import chart
 from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars
-from blindheads.datamodules.fineweb import datamodule_of
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.answer_paths import AnswerPaths
 from blindheads.evaluation.attribution import (
     CARRIES,
@@ -32,6 +34,7 @@ from blindheads.evaluation.recall import Episode, episode_set, recall_samples
 from blindheads.evaluation.scoring import score_samples, top_share
 from blindheads.evaluation.tags import distance_point, gap_point, recall_head_tag, recall_tag, recall_weight_tag
 from blindheads.modules.lm import DecoderLM
+from blindheads.running import running
 
 CONSTANT = 0.9  # a point where one predicted answer is this share of the episodes is answered by rote
 
@@ -122,6 +125,17 @@ class EpisodeRecall(PeriodicEvaluation):
         points = {gap_point(gap): {"gap": gap} for gap in self.gaps}
         points.update({distance_point(f): {"distance": round(f * seq_len)} for f in self.distances})
         return points
+
+    def charts(self, trainer: L.Trainer, pl_module: L.LightningModule, categories: dict[str, dict]) -> None:
+        """Recall by distance: exact, and the failures whose fact was blind or reachable, at every point of every
+        ``EpisodeRecall`` of the run."""
+        seq_len = datamodule_of(trainer).seq_len
+        points = [p for c in running(trainer).callbacks if isinstance(c, EpisodeRecall) for p in c.points(seq_len)]
+        names = "|".join(map(re.escape, points))
+        parts = {"exact": "exact", "failed: fact blind": "failed_blind", "failed: fact reachable": "failed_reachable"}
+        categories["recall by distance"] = {
+            title: chart(recall_tag(f"({names})", part) + "$") for title, part in parts.items()
+        }
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Build the episodes now: a gap the window cannot hold fails before training, not at the first evaluation."""

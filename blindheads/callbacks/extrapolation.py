@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import lightning as L
 import torch
 
+from blindheads.callbacks.charts import chart
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, training_length
-from blindheads.datamodules.fineweb import datamodule_of
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.scoring import token_losses
 from blindheads.evaluation.tags import extrapolation_tag
@@ -36,6 +37,9 @@ class LengthExtrapolation(PeriodicEvaluation):
         self.factors, self.sequences, self.position_bucket = list(factors), sequences, position_bucket
 
     @torch.no_grad()
+    def charts(self, trainer: L.Trainer, pl_module: L.LightningModule, categories: dict[str, dict]) -> None:
+        categories.setdefault("loss", {})["by length"] = chart(extrapolation_tag(r"\d+") + "$")
+
     def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict[str, float]:
         base = training_length(trainer, pl_module)
         results = {}

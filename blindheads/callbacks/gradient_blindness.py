@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from blindheads.blindness import first_blind_token, predicted_blind_distances
 from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars, per_head, training_length
-from blindheads.datamodules.fineweb import datamodule_of
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.contexts import evaluating, forward_hooks
 from blindheads.evaluation.tags import gradient_tag
 from blindheads.evaluation.underflow import GradientStatistics, gradient_statistics

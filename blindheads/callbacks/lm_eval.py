@@ -7,7 +7,7 @@ import math
 import lightning as L
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars
-from blindheads.datamodules.fineweb import datamodule_of
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.contexts import evaluating
 from blindheads.modules.lm import DecoderLM
 

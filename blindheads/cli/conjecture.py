@@ -24,10 +24,11 @@ from pathlib import Path
 import pandas as pd
 
 from blindheads.arguments import Parser
-from blindheads.experiments import far_head
-from blindheads.experiments.conjecture import ARMS, BIASES, runs, train_arm, write_summary
-from blindheads.experiments.loop import add_part_option, run_experiment
-from blindheads.experiments.runner import at_least, checked, distinct, write_json
+from blindheads.experiments.conjecture import far_head
+from blindheads.experiments.conjecture.runs import ARMS, BIASES, runs, train_arm, write_summary
+from blindheads.experiments.driver.loop import add_part_option, run_experiment
+from blindheads.experiments.driver.options import at_least, checked, distinct
+from blindheads.experiments.driver.records import write_json
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

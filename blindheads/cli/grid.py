@@ -15,11 +15,11 @@ import argparse
 from pathlib import Path
 
 from blindheads.arguments import Parser
-from blindheads.experiments.grid import PAPER_SETUPS, runs
-from blindheads.experiments.loop import add_part_option, run_experiment
-from blindheads.experiments.runner import checked, distinct
-from blindheads.experiments.setups import setup_names
-from blindheads.experiments.summary import write_summary
+from blindheads.experiments.driver.loop import add_part_option, run_experiment
+from blindheads.experiments.driver.options import checked, distinct
+from blindheads.experiments.grid.runs import PAPER_SETUPS, runs
+from blindheads.experiments.grid.setups import setup_names
+from blindheads.experiments.grid.summary import write_summary
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -17,7 +17,7 @@ from blindheads.callbacks.progress import StepProgressBar, shows_a_progress_bar
 from blindheads.callbacks.results import ResultsFile
 from blindheads.checkpoints.options import typed_options
 from blindheads.cli import callback_set
-from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.datamodules.text import TextData
 from blindheads.modules.config import SHAPE, DecoderConfig
 from blindheads.modules.lm import DecoderLM, check_options
 from blindheads.numerics import apply_threshold, check_trainer_precision
@@ -122,7 +122,7 @@ def build_cli(args: list[str] | dict | None, run: bool = True, safety: RunSafety
     try:
         return BlindheadsCLI(
             DecoderLM,
-            FineWebEdu,
+            TextData,
             args=args,
             run=run,
             safety=safety,

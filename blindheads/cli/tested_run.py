@@ -17,8 +17,8 @@ from blindheads.checkpoints.reading import load_checkpoint
 from blindheads.checkpoints.rebuild import checkpoint_decoder, decoder_config
 from blindheads.cli.callback_set import KINDS
 from blindheads.cli.lightning import build_cli
-from blindheads.datamodules.fineweb import FineWebEdu
-from blindheads.experiments.loop import done_record
+from blindheads.datamodules.text import TextData
+from blindheads.experiments.driver.loop import done_record
 from blindheads.running import running
 
 CHECKPOINT = "checkpoints/last.ckpt"
@@ -33,7 +33,7 @@ class Loaded:
 
     run_dir: Path
     decoder: torch.nn.Module
-    data: FineWebEdu
+    data: TextData
     callbacks: list[L.Callback]
     precision: Precision
     results: dict

@@ -48,7 +48,7 @@ from blindheads.prompt_texts import (
 
 @dataclass(frozen=True)
 class TaskFormat:
-    """Passkey and needle training sequences (``FineWebEdu(task_format=...)``, instead of ``retrieval_mix``).
+    """Passkey and needle training sequences (``TextData(task_format=...)``, instead of ``retrieval_mix``).
 
     ``needle``: the share of sequences that are needles (the rest passkeys); ``corpus_filler``: the share of passkey
     sequences whose filler is the document's text, not the standard sentences; ``min_filler``: the fewest filler

@@ -27,7 +27,7 @@ from blindheads.signals import ignore_stops
 log = logging.getLogger(__name__)
 
 
-class FineWebEdu(L.LightningDataModule):
+class TextData(L.LightningDataModule):
     """Token windows of ``seq_len + 1`` tokens from FineWeb-Edu (``source="hub"``), local files (``"files"``) or the
     offline builtin corpus (``"builtin"``).
 
@@ -334,7 +334,7 @@ def _kill_workers_left_at_exit() -> None:
 atexit.register(_kill_workers_left_at_exit)
 
 
-def datamodule_of(trainer: L.Trainer) -> FineWebEdu:
+def datamodule_of(trainer: L.Trainer) -> TextData:
     """The data module ``trainer`` runs with, as the project's own (its tokenizer, windows and held-out text): what
     every evaluation callback reads. Lightning sets it at run time (``running``)."""
-    return cast(FineWebEdu, running(trainer).datamodule)
+    return cast(TextData, running(trainer).datamodule)

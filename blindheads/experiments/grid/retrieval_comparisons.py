@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from blindheads.experiments.comparisons import HOLM, NO_DIFFERENCE, REFERENCE, holm, paired_t
+from blindheads.experiments.grid.comparisons import HOLM, NO_DIFFERENCE, REFERENCE, holm, paired_t
 
 MIN_SEEDS = 3
 METRICS = ("passkey_auc_in", "passkey_auc_out", "needle_auc_in", "needle_auc_out")

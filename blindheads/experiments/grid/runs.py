@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from blindheads.experiments.loop import Run
-from blindheads.experiments.runner import configs
-from blindheads.experiments.setups import position_of, setup_files
-from blindheads.experiments.summary import measured_during_training
+from blindheads.experiments.driver.loop import Run
+from blindheads.experiments.driver.options import configs
+from blindheads.experiments.grid.curves import measured_during_training
+from blindheads.experiments.grid.setups import position_of, setup_files
 
 # The paper's 13 setups (configs/position/; laptop.yaml's overlay makes the sliding window 128 tokens)
 PAPER_SETUPS = [

@@ -1,4 +1,5 @@
-"""Accuracy per (length, depth) cell, AUC over log2 length, and the length x depth heatmap."""
+"""The length x depth sweep of passkey and needle prompts: accuracy per (length, depth) cell (a torchmetrics metric,
+summed across ranks), AUC over log2 length in and beyond the training length. (The heatmap: ``figures``.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from torchmetrics import Metric
 
 
 class CellAccuracy(Metric):
-    """Exact-match and per-digit sums per grid cell; summed across ranks, so sharded samples give the numbers a
+    """Exact-match and per-digit sums per sweep cell; summed across ranks, so sharded samples give the numbers a
     single process would."""
 
     full_state_update = False
@@ -39,17 +40,17 @@ class CellAccuracy(Metric):
         }
 
 
-def summarize_grid(
+def score_sweep(
     scores: list, lengths: list[int], depths: list[float], training_length: int, device: torch.device | str = "cpu"
-) -> GridSummary:
-    """Scores of retrieval samples (each knows its length and depth) as a grid summary; under DDP each rank passes
-    its share and the cell sums are reduced across ranks (torchmetrics), so every rank gets the whole grid."""
+) -> SweepScores:
+    """Scores of retrieval samples (each knows its length and depth) as the sweep's scores; under DDP each rank passes
+    its share and the cell sums are reduced across ranks (torchmetrics), so every rank gets the whole sweep."""
     cell_of = {(n, d): i * len(depths) + j for i, n in enumerate(lengths) for j, d in enumerate(depths)}
     metric = CellAccuracy(len(cell_of)).to(device)
     for score in scores:
         metric.update(cell_of[(score.sample.length, score.sample.depth)], score.exact, score.digits)
     totals = {k: v.cpu().numpy().reshape(len(lengths), len(depths)) for k, v in metric.compute().items()}
-    return GridSummary(lengths, depths, training_length, totals["exact"], totals["digits"], totals["count"])
+    return SweepScores(lengths, depths, training_length, totals["exact"], totals["digits"], totals["count"])
 
 
 def auc_over_log_length(lengths: list[int], accuracy: list[float]) -> float:
@@ -64,8 +65,8 @@ def auc_over_log_length(lengths: list[int], accuracy: list[float]) -> float:
 
 
 @dataclass
-class GridSummary:
-    """Accuracy on a length x depth grid, split at the training length into in-domain and out-of-domain."""
+class SweepScores:
+    """Accuracy on a length x depth sweep, split at the training length into in-domain and out-of-domain."""
 
     lengths: list[int]
     depths: list[float]

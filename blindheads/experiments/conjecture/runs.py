@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from blindheads.experiments import far_decoder, far_head
-from blindheads.experiments.conjecture_report import plot, summarize
-from blindheads.experiments.loop import Run
-from blindheads.experiments.runner import provenance, write_json
+from blindheads.experiments.conjecture import far_decoder, far_head
+from blindheads.experiments.conjecture.report import plot, summarize
+from blindheads.experiments.driver.loop import Run
+from blindheads.experiments.driver.records import provenance, write_json
 
 HEAD_ARMS = list(far_head.ARMS)
 ARMS = [*HEAD_ARMS, "decoder"]
@@ -47,7 +47,7 @@ def train_arm(arm: str, biases: list[str], seeds: list[int], steps: int, pretrai
 
 def write_summary(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str],
                   seeds: list[int]) -> pd.DataFrame:  # fmt: skip
-    """The conjecture's summary from its runs' records (``conjecture_report``), and ``results.json``: every run
+    """The conjecture's summary from its runs' records (``report``), and ``results.json``: every run
     with the command, versions and wall time (``seeds``: every seed of the experiment), and the runs not done."""
     rows = [{"arm": record["arm"], **row} for record in records for row in record["rows"]]
     table = summarize(out, rows) if rows else pd.DataFrame()

@@ -42,8 +42,8 @@ import pandas as pd
 
 from blindheads.evaluation.attribution import CARRIES
 from blindheads.evaluation.tags import distance_point
-from blindheads.experiments.comparisons import BASELINE, CAPPED, FLOORED, REFERENCE, REGIME, ZERO_FREE
-from blindheads.experiments.losses import MINOR, minor
+from blindheads.experiments.grid.comparisons import BASELINE, CAPPED, FLOORED, REFERENCE, REGIME, ZERO_FREE
+from blindheads.experiments.grid.losses import MINOR, minor
 
 BLIND = 0.5  # share of a point's episodes whose carriers all give the fact exactly 0, for the point to count blind
 SLOPE_SCHEMES = ("steep", "safe", "wide", "robust")
@@ -330,7 +330,7 @@ def write_findings(
     losses: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """``findings.md``: the table the results page and the README show; returns the findings."""
-    rules = ("Rules: `blindheads/experiments/findings.py`; intervals and verdicts: `comparisons.py` (recall) and "
+    rules = ("Rules: `blindheads/experiments/grid/findings.py`; intervals and verdicts: `comparisons.py` (recall) and "
              "`losses.py` (held-out loss).\n\n")  # fmt: skip
     found = judge(comparisons, verdicts, distances, heads, losses)
     (out / "findings.md").write_text(rules + findings_markdown(found))

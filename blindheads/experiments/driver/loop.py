@@ -24,18 +24,10 @@ from typing import TypeVar
 
 import yaml
 
-from blindheads.experiments.runner import (
-    RECORDS,
-    Driver,
-    RunChanged,
-    difference,
-    experiment,
-    identity,
-    publish,
-    read_json,
-    resume_option,
-    write_json,
-)
+from blindheads.experiments.driver.folders import RECORDS, publish, resume_option
+from blindheads.experiments.driver.identity import RunChanged, difference, identity
+from blindheads.experiments.driver.jobs import Driver, experiment
+from blindheads.experiments.driver.records import read_json, write_json
 
 DONE = "done.json"  # a run's record, written once its last command succeeded
 TESTED = "results.json"  # what ``blindheads test`` (or any command of a run) writes in the run directory
@@ -72,7 +64,7 @@ def run_experiment(program: str, argv: list[str], args: argparse.Namespace, runs
     wall_s, remaining)`` published whole to ``args.out``, ``remaining`` naming the runs not done (for its
     ``results.json``; ``summary.md`` gets a line naming them); what it returns."""
     started = time.monotonic()
-    hours = getattr(args, "hours", None)  # checked (``runner.checked``)
+    hours = getattr(args, "hours", None)  # checked (``options.checked``)
     deadline = started + hours * 3600 if hours else None
     wanted = {run.directory: identity(run.options, run.files) for run in runs}
     out = Path(args.out)

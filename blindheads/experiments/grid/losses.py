@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from blindheads.evaluation.tags import EXTRAPOLATION, at_stage
-from blindheads.experiments.comparisons import REFERENCE, holm, paired_t
+from blindheads.experiments.grid.comparisons import REFERENCE, holm, paired_t
 
 MINOR = 0.02  # nats: a setup whose held-out loss is within this of the reference's (interval and all) costs little
 

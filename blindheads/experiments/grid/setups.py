@@ -4,9 +4,9 @@ An experiment adapts a setup to its scale with an overlay beside its config: for
 ``configs/experiments/laptop/SETUP.yaml`` (the sliding window at 1/8 of the paper's 1,024 tokens), composed after
 the setup's own file.
 
-Config paths are taken from the working directory where they exist there, else from the package's own configs (the
-repository's ``configs/`` in a checkout: ``blindheads.packaged``), so the drivers work from any folder, installed or
-not (and runs started in the checkout keep the relative names their ``options.json`` records).
+Config paths are taken from the working directory where they exist there, else from the package's own configs
+(``blindheads.packaged.located``), so the drivers work from any folder, installed or not (and runs started in the
+checkout keep the relative names their ``options.json`` records).
 """
 
 from __future__ import annotations
@@ -15,19 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from blindheads.packaged import packaged
+from blindheads.packaged import located
 
 POSITIONS = "configs/position"
-
-
-def located(path: str | Path) -> str:
-    """``path`` where it exists from the working directory, else the package's ``path`` (``configs/...``); neither is
-    one line naming both folders looked in."""
-    if Path(path).exists():
-        return str(path)
-    if not Path(path).is_absolute() and packaged(path).exists():
-        return str(packaged(path))
-    raise FileNotFoundError(f"{path} not found (looked in {Path.cwd()} and in the package's {packaged('configs')})")
 
 
 def setup_names(directory: str | Path = POSITIONS) -> list[str]:

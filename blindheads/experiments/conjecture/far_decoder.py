@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from blindheads.experiments.far_head import FAR, FILLER, LENGTH, MASKED, NEAR, VOCAB, bias_value, episodes
+from blindheads.experiments.conjecture.far_head import FAR, FILLER, LENGTH, MASKED, NEAR, VOCAB, bias_value, episodes
 from blindheads.modules.backends import AttentionWeights
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.decoder import Decoder

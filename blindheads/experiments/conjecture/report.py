@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from blindheads.experiments.far_head import MASKED
+from blindheads.experiments.conjecture.far_head import MASKED
 from blindheads.numerics import tau
 
 LEARNED = 0.9
@@ -126,7 +126,7 @@ def budget_edge(point: dict) -> bool:
 def verdict(table: pd.DataFrame) -> str:
     """The verdict, one paragraph per arm and a closing comparison, every number from ``table``."""
     dose = dose_table(table)
-    lines = ["# Verdict (computed by blindheads.experiments.conjecture_report from runs.csv)", ""]
+    lines = ["# Verdict (computed by blindheads.experiments.conjecture.report from runs.csv)", ""]
     stops = {}
     for arm, frame in dose.groupby("arm", sort=False):
         point, edge, runs = stopping_point(frame), zero_edge(arm), table[table["arm"] == arm]
