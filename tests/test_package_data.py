@@ -4,6 +4,7 @@ user's copied config from any folder."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import os
@@ -88,3 +89,20 @@ def test_the_wheel_installed_elsewhere_fits_and_calculates_from_a_copied_config(
     calculated = run("blindness", "--config", "smoke.yaml")
     assert calculated.returncode == 0, calculated.stderr[-2000:]
     assert "blind beyond" in calculated.stdout
+
+
+def test_configs_and_code_that_name_fine_web_edu_get_the_data_module():
+    """The data module is ``TextData`` (it also reads local files and the builtin corpus); its first name resolves
+    wherever a class path names it."""
+    from jsonargparse import Namespace
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    from blindheads.datamodules import FineWebEdu
+    from blindheads.datamodules.text import TextData
+
+    assert FineWebEdu is TextData
+    parser = LightningArgumentParser(exit_on_error=False)
+    parser.add_argument("--data", type=TextData)
+    parsed = parser.parse_args(["--data", '{"class_path": "blindheads.datamodules.FineWebEdu"}'])
+    assert isinstance(parsed.data, Namespace)  # resolved: TextData's own options, with their defaults
+    assert set(vars(parsed.data.init_args)) == set(inspect.signature(TextData).parameters)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
@@ -320,7 +321,7 @@ def regime_row(distances: pd.DataFrame, first_blind: float, a: str = REFERENCE, 
 
 
 def write_comparisons(
-    out: Path, records: list[dict], reference: str = REFERENCE, named=PAIRS, extra: list[dict] = ()
+    out: Path, records: list[dict], reference: str = REFERENCE, named=PAIRS, extra: Sequence[dict] = ()
 ) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """``comparisons.csv``, ``verdicts.csv`` and ``verdicts.md`` where the runs measured recall per point, for
     the pairs of ``pairs`` among the records' setups, and the ``extra`` rows (``regime_row``); returns the

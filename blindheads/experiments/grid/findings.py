@@ -144,7 +144,7 @@ def blind_points(rows: Rows, distances: pd.DataFrame, heads: pd.DataFrame) -> tu
             else zeros.loc[f, "zeros"] > 0)]  # fmt: skip
         for (layer, head), frame in own.groupby(["layer", "head"]):
             blind = frame["blind_by"].dropna()
-            first = blind.min() / window if len(blind) else None
+            first = blind.min() / window if len(blind) else float("nan")  # read only where most seeds are blind
             if len(blind) * 2 > len(frame) and any(f >= first - 1e-9 for f in underflow):  # most seeds, underflow
                 where = "inside the window" if first < 1 else "beyond the window"
                 evidence.append(f"{setup} l{layer}h{head} exactly blind by {named([distance_point(first)])} ({where}) "
