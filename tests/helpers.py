@@ -8,7 +8,7 @@ import signal
 import lightning as L
 import torch
 
-from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.datamodules.text import TextData
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.lm import DecoderLM
 
@@ -73,9 +73,9 @@ def cpu_trainer(**kwargs) -> L.Trainer:
     return L.Trainer(accelerator="cpu", **{**quiet, **kwargs})
 
 
-def builtin_data(cache_dir, seq_len: int, batch_size: int, val_windows: int, **kwargs) -> FineWebEdu:
+def builtin_data(cache_dir, seq_len: int, batch_size: int, val_windows: int, **kwargs) -> TextData:
     """The offline builtin corpus and tokenizer, read in the main process."""
-    return FineWebEdu(source="builtin", tokenizer="builtin", seq_len=seq_len, batch_size=batch_size,
+    return TextData(source="builtin", tokenizer="builtin", seq_len=seq_len, batch_size=batch_size,
                       val_windows=val_windows, cache_dir=str(cache_dir), num_workers=0, **kwargs)  # fmt: skip
 
 

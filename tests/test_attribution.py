@@ -12,7 +12,7 @@ from training_runs import REPO
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.datamodules.retrieval_mix import RetrievalMix
 from blindheads.evaluation.attribution import ablated, capped_bias, carrier_classes
-from blindheads.experiments.setups import position_of, setup_files
+from blindheads.experiments.grid.setups import position_of, setup_files
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.decoder import Decoder
 from blindheads.modules.position import build_position

@@ -14,10 +14,10 @@ from safetensors import SafetensorError
 from training_runs import copy_run, refusal, tiny_run_args
 from transformers import BloomConfig, BloomForCausalLM
 
-from blindheads.checkpoints import read_checkpoint
-from blindheads.cli.disk_full import no_space
+from blindheads.checkpoints.reading import read_checkpoint
 from blindheads.datamodules.cache import MARK
 from blindheads.datamodules.tokenizer import builtin_tokenizer_dir, load_tokenizer
+from blindheads.disk import no_space
 from blindheads.evaluation.lm_eval_adapter import BlindheadsLM, model_arguments
 from blindheads.export.directory import export
 

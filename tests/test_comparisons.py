@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blindheads.experiments.comparisons import (
+from blindheads.experiments.grid.comparisons import (
     bootstrap_interval,
     compare,
     pairs,
@@ -153,7 +153,7 @@ def test_recall_under_the_cap_is_compared_with_the_same_setup_uncapped_and_not_w
 
 
 def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_paper(tmp_path):
-    from blindheads.experiments.retrieval_comparisons import write_retrieval
+    from blindheads.experiments.grid.retrieval_comparisons import write_retrieval
 
     auc = {
         "alibi": [0.9, 0.8, 0.85],
@@ -199,7 +199,7 @@ def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_pape
 
 
 def test_t_test_p_matches_the_printed_table_and_holm_matches_a_hand_adjustment():
-    from blindheads.experiments.comparisons import holm, t_test_p
+    from blindheads.experiments.grid.comparisons import holm, t_test_p
 
     # a mean whose t statistic is the printed 97.5% quantile of t[7] (2.3646) has two-sided p 0.05
     differences = np.array([1.0, -1, 1, -1, 1, -1, 1, -1]) + 2.364624 * np.std([1.0, -1] * 4, ddof=1) / np.sqrt(8)

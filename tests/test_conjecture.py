@@ -14,8 +14,8 @@ import torch
 
 from blindheads.blindness import blind_distances
 from blindheads.cli import main
-from blindheads.experiments import far_decoder, far_head
-from blindheads.experiments.conjecture_report import classify, dose_table, verdict
+from blindheads.experiments.conjecture import far_decoder, far_head
+from blindheads.experiments.conjecture.report import classify, dose_table, verdict
 from blindheads.modules.position import build_position
 from blindheads.numerics import tau
 

@@ -198,7 +198,7 @@ def test_a_process_that_leaves_a_loader_mid_stream_still_exits():
     script = (
         "import torch\n"
         "from torch.utils.data import DataLoader\n"
-        "from blindheads.datamodules.fineweb import _leave_interrupts_to_the_main_process\n"
+        "from blindheads.datamodules.text import _leave_interrupts_to_the_main_process\n"
         "loader = DataLoader(range(10**6), batch_size=2, num_workers=2, "
         "worker_init_fn=_leave_interrupts_to_the_main_process)\n"
         "iterator = iter(loader)\n"

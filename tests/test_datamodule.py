@@ -11,8 +11,8 @@ import torch
 from data_fixtures import MARKER, write_fineweb_parquet
 from torch.utils.data import DataLoader
 
-from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.sources import stream_documents
+from blindheads.datamodules.text import TextData
 from blindheads.datamodules.windows import TokenWindows, collate_windows
 
 
@@ -27,7 +27,7 @@ def make_datamodule(cache_dir, files=None, **kwargs):
         "val_windows": 4,
         "cache_dir": str(cache_dir),
     }
-    dm = FineWebEdu(**{**options, **kwargs})
+    dm = TextData(**{**options, **kwargs})
     dm.prepare_data()
     dm.setup("fit")
     return dm

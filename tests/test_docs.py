@@ -3,6 +3,7 @@ command line in them parses."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import shlex
 from pathlib import Path
@@ -55,18 +56,11 @@ def _parse(argv: list[str]) -> None:
             build_cli([name, *rest, "--print_config"])
         assert exit.value.code in (0, None), argv
         return
-    module = {
-        "blindness": "blindheads.cli.blindness",
-        "probe": "blindheads.cli.probe",
-        "export": "blindheads.export.directory",
-        "grid": "blindheads.experiments.grid",
-        "conjecture": "blindheads.experiments.conjecture",
-    }.get(name)
-    if module is None:  # lm_eval: lm-evaluation-harness's own parser
+    if name == "lm_eval":  # lm-evaluation-harness's own parser
         return
-    import importlib
+    from blindheads.cli import COMMANDS  # each command's module holds its options (parse_args)
 
-    importlib.import_module(module).parse_args(rest)
+    importlib.import_module(COMMANDS[name].module).parse_args(rest)
 
 
 DOC_COMMANDS = [(page, command) for page in PAGES for command in commands(page)]

@@ -12,15 +12,16 @@ from helpers import builtin_data, cpu_trainer, tiny_lm
 
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.callbacks.results import ResultsFile
-from blindheads.datamodules.fineweb import FineWebEdu
 from blindheads.datamodules.retrieval_mix import RetrievalMix
-from blindheads.experiments.summary import attribution_markdown, distance_markdown, head_attribution, recall_by_distance
+from blindheads.datamodules.text import TextData
+from blindheads.experiments.grid.reports import attribution_markdown, distance_markdown
+from blindheads.experiments.grid.tables import head_attribution, recall_by_distance
 
 BLIND_AT_48 = "alibi(blind_distances=[48, 48, 48, 48], learnable=True)"
 
 
 def trained(cache_dir, position: str):
-    data = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=256, batch_size=2, cache_dir=str(cache_dir),
+    data = TextData(source="builtin", tokenizer="builtin", seq_len=256, batch_size=2, cache_dir=str(cache_dir),
                       num_workers=0, val_windows=2, retrieval_mix=RetrievalMix(max_gap=128))  # fmt: skip
     model = tiny_lm({"warmup_steps": 1}, dtype="float32", context_length=256, position=position)
     recall = EpisodeRecall(every_n_steps=None, gaps=[8, 128], samples=6, batch_size=4)
@@ -130,7 +131,7 @@ def test_distance_episodes_hold_the_answer_exactly_that_far_back_and_grow_beyond
     from blindheads.datamodules.retrieval_mix import EpisodeWriter
     from blindheads.evaluation.recall import recall_samples
 
-    data = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=64, batch_size=2, cache_dir=str(cache_dir),
+    data = TextData(source="builtin", tokenizer="builtin", seq_len=64, batch_size=2, cache_dir=str(cache_dir),
                       num_workers=0, val_windows=2)  # fmt: skip
     data.setup()
     writer = EpisodeWriter(

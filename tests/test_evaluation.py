@@ -18,13 +18,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from blindheads.blindness import blind_distances, effective_tau, first_blind_token
 from blindheads.callbacks.gradient_blindness import GradientBlindness
 from blindheads.callbacks.underflow import UnderflowMonitor
-from blindheads.datamodules.fineweb import FineWebEdu
+from blindheads.datamodules.text import TextData
 from blindheads.datamodules.tokenizer import load_tokenizer
 from blindheads.evaluation.contexts import forward_hooks
-from blindheads.evaluation.figures import grid_heatmap
+from blindheads.evaluation.figures import sweep_heatmap
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
-from blindheads.evaluation.summary import GridSummary, auc_over_log_length
+from blindheads.evaluation.sweep import SweepScores, auc_over_log_length
 from blindheads.evaluation.underflow import gradient_statistics
 from blindheads.modules import Decoder, DecoderConfig
 from blindheads.modules.config import SIZES
@@ -39,7 +39,7 @@ def tokenizer(cache_dir):
 
 @pytest.fixture(scope="module")
 def haystack(cache_dir):
-    dm = FineWebEdu(source="builtin", tokenizer="builtin", seq_len=64, cache_dir=str(cache_dir), num_workers=0)
+    dm = TextData(source="builtin", tokenizer="builtin", seq_len=64, cache_dir=str(cache_dir), num_workers=0)
     dm.prepare_data()
     return dm.heldout_tokens(4000).tolist()
 
@@ -137,12 +137,12 @@ def test_auc_is_a_normalised_trapezoid_over_log_length():
 
 def test_grid_summary_splits_domains_at_the_training_length():
     exact = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
-    summary = GridSummary([128, 256, 512], [0.0, 1.0], 256, exact, exact, np.full((3, 2), 4.0))
+    summary = SweepScores([128, 256, 512], [0.0, 1.0], 256, exact, exact, np.full((3, 2), 4.0))
     assert summary.metrics["auc_in_domain"] == pytest.approx(0.75)
     assert summary.metrics["auc_out_of_domain"] == 0.0
     assert summary.metrics["samples_in_domain"] == 16 and summary.metrics["samples_out_of_domain"] == 8
     assert [c["in_domain"] for c in summary.to_dict()["cells"]] == [True, True, True, True, False, False]
-    assert grid_heatmap(summary, "passkey").axes[0].get_title() == "passkey"
+    assert sweep_heatmap(summary, "passkey").axes[0].get_title() == "passkey"
 
 
 class ProbeData(L.LightningDataModule):
@@ -150,7 +150,7 @@ class ProbeData(L.LightningDataModule):
 
     def __init__(self, cache_dir, seq_len):
         super().__init__()
-        self.inner = FineWebEdu(
+        self.inner = TextData(
             source="builtin",
             tokenizer="builtin",
             seq_len=seq_len,

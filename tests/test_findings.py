@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blindheads.experiments.comparisons import REGIME, regime_row, write_comparisons
-from blindheads.experiments.findings import judge, write_findings
-from blindheads.experiments.losses import compare_losses, per_seed_losses
-from blindheads.experiments.summary import head_attribution, recall_by_distance
+from blindheads.experiments.grid.comparisons import REGIME, regime_row, write_comparisons
+from blindheads.experiments.grid.findings import judge, write_findings
+from blindheads.experiments.grid.losses import compare_losses, per_seed_losses
+from blindheads.experiments.grid.tables import head_attribution, recall_by_distance
 
 # setup -> point -> (exact, exact with the bias capped, carriers blind): 64 episodes per point, the same each seed
 GRID = {

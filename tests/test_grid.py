@@ -12,12 +12,16 @@ import pandas as pd
 import pytest
 from training_runs import REPO, refusal, run_cli
 
-from blindheads.cli import main
+from blindheads.cli import grid, main
 from blindheads.cli.lightning import build_cli
-from blindheads.experiments import grid
-from blindheads.experiments.runner import Driver, configs, read_json, resume_option, write_json
-from blindheads.experiments.setups import position_of, position_setups, setup_files, setup_names
-from blindheads.experiments.summary import measured_during_training, run_rows, write_summary
+from blindheads.experiments.driver.folders import resume_option
+from blindheads.experiments.driver.jobs import Driver
+from blindheads.experiments.driver.options import configs
+from blindheads.experiments.driver.records import read_json, write_json
+from blindheads.experiments.grid.curves import measured_during_training
+from blindheads.experiments.grid.setups import position_of, position_setups, setup_files, setup_names
+from blindheads.experiments.grid.summary import write_summary
+from blindheads.experiments.grid.tables import run_rows
 from blindheads.locks import RUN_LOCK
 
 

@@ -15,6 +15,10 @@ FLOORS = [
     {
         "blindheads",
         "atomic",
+        "disk",
+        "packaged",
+        "running",
+        "signals",
         "arguments",
         "numerics",
         "prompt_texts",
@@ -25,7 +29,7 @@ FLOORS = [
     {"datamodules"},
     {"checkpoints"},
     {"evaluation"},
-    {"analysis", "callbacks", "export"},
+    {"analysis", "callbacks", "export", "runs"},
     {"experiments", "probes"},
     {"cli", "__main__"},
 ]

@@ -7,7 +7,7 @@ import torch
 from helpers import PoisonGradientAtStep, builtin_data, cpu_trainer, tiny_lm
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from blindheads.checkpoints import read_checkpoint
+from blindheads.checkpoints.reading import read_checkpoint
 
 
 def fit(cache_dir, tmp_path, callbacks, **decoder):

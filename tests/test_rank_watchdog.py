@@ -22,7 +22,7 @@ LAUNCHER = textwrap.dedent(
 RANK = textwrap.dedent(
     """
     import io, os, sys, time
-    from blindheads.cli import rank_watchdog
+    from blindheads.runs import watchdog as rank_watchdog
     rank_watchdog.POLL_SECONDS = {poll}
     launcher = os.getppid()
     rank_watchdog.watch_launcher()

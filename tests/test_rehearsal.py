@@ -122,9 +122,9 @@ def test_the_papers_data_is_configs_data_hub_yaml_which_the_data_module_defaults
     """paper.yaml names no data source: it trains on the data module's defaults, which must stay hub.yaml's."""
     import inspect
 
-    from blindheads.datamodules.fineweb import FineWebEdu
+    from blindheads.datamodules.text import TextData
 
     hub = yaml.safe_load((REPO / "configs/data/hub.yaml").read_text())["data"]
-    defaults = inspect.signature(FineWebEdu).parameters
+    defaults = inspect.signature(TextData).parameters
     assert {key: defaults[key].default for key in hub} == hub
     assert not set(hub) & set(yaml.safe_load(PAPER.read_text())["data"]), "restated, not composed"

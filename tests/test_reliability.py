@@ -157,7 +157,7 @@ def test_last_skips_a_newer_checkpoint_that_is_not_whole(tmp_path):
 
     import torch
 
-    from blindheads.checkpoints import newest_intact
+    from blindheads.checkpoints.reading import newest_intact
 
     torch.save({"state_dict": {}}, tmp_path / "last.ckpt")
     torch.save({"state_dict": {}}, tmp_path / "epoch=0-step=10.ckpt")

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from training_runs import REPO, copy_run, refusal, tiny_run_args
 
-from blindheads.checkpoints import newest_intact, recorded_step
+from blindheads.checkpoints.reading import newest_intact, recorded_step
 from blindheads.cli import main
 
 RUN = {"--trainer.logger.init_args.version": "run"}

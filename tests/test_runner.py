@@ -12,22 +12,14 @@ import pytest
 import torch
 from training_runs import REPO, refusal
 
-from blindheads.analysis.paths import CALLBACK_DEFAULTS
-from blindheads.experiments import grid
-from blindheads.experiments.loop import DONE, Run, complete, digest
-from blindheads.experiments.runner import (
-    DRIVER_LOCK,
-    RUN_LOCK,
-    RunChanged,
-    claim,
-    identity,
-    owned,
-    publish,
-    read_json,
-    summary_identity,
-    write_json,
-)
-from blindheads.experiments.setups import setup_files
+from blindheads.cli import grid
+from blindheads.experiments.driver.folders import DRIVER_LOCK, owned, publish
+from blindheads.experiments.driver.identity import RunChanged, claim, identity, summary_identity
+from blindheads.experiments.driver.loop import DONE, Run, complete, digest
+from blindheads.experiments.driver.records import read_json, write_json
+from blindheads.experiments.grid.setups import setup_files
+from blindheads.locks import RUN_LOCK
+from blindheads.packaged import CALLBACK_DEFAULTS
 
 
 def test_a_run_directory_made_with_other_options_is_refused_naming_the_difference(tmp_path):
@@ -51,7 +43,7 @@ def test_the_callback_defaults_every_config_builds_on_are_part_of_a_runs_identit
     checkout = tmp_path / "checkout"
     (checkout / "configs/callbacks").mkdir(parents=True)
     (checkout / CALLBACK_DEFAULTS).write_text("callbacks: {}\n")
-    monkeypatch.setattr("blindheads.experiments.runner.from_repository", lambda path: checkout / path)
+    monkeypatch.setattr("blindheads.experiments.driver.identity.packaged", lambda path: checkout / path)
     run = tmp_path / "runs/alibi/seed0"
     claim(run, identity([], []))
     (checkout / CALLBACK_DEFAULTS).write_text("callbacks: {checkpoint: {save_top_k: 1}}\n")
@@ -196,7 +188,7 @@ def test_records_are_written_whole_and_a_truncated_one_is_named(tmp_path):
 def test_every_results_file_records_the_command_seeds_machine_and_versions():
     from importlib.metadata import version
 
-    from blindheads.experiments.runner import provenance
+    from blindheads.experiments.driver.records import provenance
 
     record = provenance("blindheads grid --seeds 1 0", 12.345, [1, 0, 1])
     assert record["command"] == "blindheads grid --seeds 1 0" and record["wall_s"] == 12.3 and record["seeds"] == [0, 1]

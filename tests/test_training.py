@@ -13,7 +13,7 @@ import pytest
 import torch
 from training_runs import REPO, TESTS, copy_run, refusal, run_cli, scalars, tiny_run_args
 
-from blindheads.checkpoints import read_checkpoint
+from blindheads.checkpoints.reading import read_checkpoint
 from blindheads.cli.lightning import build_cli
 from blindheads.modules.schedules import lr_multiplier
 
@@ -393,8 +393,8 @@ def test_the_callbacks_base_names_only_what_differs_from_the_signatures_defaults
 
     import yaml
 
-    from blindheads.analysis.paths import CALLBACK_DEFAULTS
     from blindheads.cli.callback_set import KINDS
+    from blindheads.packaged import CALLBACK_DEFAULTS
 
     for name, arguments in yaml.safe_load((REPO / CALLBACK_DEFAULTS).read_text())["callbacks"].items():
         defaults = {}  # a subclass passes some arguments on to its base (**kwargs): the nearest signature's default

@@ -10,8 +10,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from blindheads.callbacks.results import ResultsFile
 from blindheads.callbacks.warm_start import WarmStart
-from blindheads.checkpoints import decoder_state, load_checkpoint
-from blindheads.cli.checkpoint_io import AtomicCheckpointIO
+from blindheads.checkpoints.reading import load_checkpoint
+from blindheads.checkpoints.rebuild import decoder_state
+from blindheads.checkpoints.writing import AtomicCheckpointIO
 
 
 def base_run(tmp_path, cache_dir, position: str = "alibi", seed: int = 3) -> str:

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import blindheads
 
-CALLBACK_DEFAULTS = "configs/callbacks/base.yaml"  # every callback's shared settings (cli/callback_set.py reads it)
-
 
 def repository() -> Path:
     """The checkout of an editable install, else the nearest folder above the working directory that holds this

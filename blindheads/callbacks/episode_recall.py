@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from functools import partial
 from typing import NamedTuple
@@ -12,8 +13,10 @@ from typing import NamedTuple
 import lightning as L
 import torch
 
+from blindheads.callbacks.charts import chart
 from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.answer_paths import AnswerPaths
 from blindheads.evaluation.attribution import (
     CARRIES,
@@ -31,6 +34,7 @@ from blindheads.evaluation.recall import Episode, episode_set, recall_samples
 from blindheads.evaluation.scoring import score_samples, top_share
 from blindheads.evaluation.tags import distance_point, gap_point, recall_head_tag, recall_tag, recall_weight_tag
 from blindheads.modules.lm import DecoderLM
+from blindheads.running import running
 
 CONSTANT = 0.9  # a point where one predicted answer is this share of the episodes is answered by rote
 
@@ -122,10 +126,21 @@ class EpisodeRecall(PeriodicEvaluation):
         points.update({distance_point(f): {"distance": round(f * seq_len)} for f in self.distances})
         return points
 
+    def charts(self, trainer: L.Trainer, pl_module: L.LightningModule, categories: dict[str, dict]) -> None:
+        """Recall by distance: exact, and the failures whose fact was blind or reachable, at every point of every
+        ``EpisodeRecall`` of the run."""
+        seq_len = datamodule_of(trainer).seq_len
+        points = [p for c in running(trainer).callbacks if isinstance(c, EpisodeRecall) for p in c.points(seq_len)]
+        names = "|".join(map(re.escape, points))
+        parts = {"exact": "exact", "failed: fact blind": "failed_blind", "failed: fact reachable": "failed_reachable"}
+        categories["recall by distance"] = {
+            title: chart(recall_tag(f"({names})", part) + "$") for title, part in parts.items()
+        }
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Build the episodes now: a gap the window cannot hold fails before training, not at the first evaluation."""
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
-        data = trainer.datamodule  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        data = datamodule_of(trainer)
         seed = trainer.strategy.broadcast(seed, src=0)  # rank 0's: every rank answers the same episodes
         self.results_fields = {"episode_seed": seed, "episode_sets": self.draw(data, seed)}
         if self.attribution and not self._in_window(data.seq_len, self.points(data.seq_len)):
@@ -167,10 +182,10 @@ class EpisodeRecall(PeriodicEvaluation):
         # a model computing in float64 already is its own zero-free copy: its recall is re-scored as it is
         wide = in_float64(decoder) if self.zero_free and next(decoder.parameters()).dtype != torch.float64 else None
         with evaluating(pl_module), torch.no_grad(), trainer.precision_plugin.forward_context():
-            for name, where in self.points(trainer.datamodule.seq_len).items():  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
-                episodes = self.episodes(trainer.datamodule, name, where)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+            for name, where in self.points(datamodule_of(trainer).seq_len).items():
+                episodes = self.episodes(datamodule_of(trainer), name, where)
                 samples = [e.sample for e in episodes]
-                scores = score_samples(decoder, trainer.datamodule.tokenizer, samples, self.batch_size)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                scores = score_samples(decoder, datamodule_of(trainer).tokenizer, samples, self.batch_size)
                 exact = torch.tensor([s.exact for s in scores])
                 paths = episode_paths(decoder, episodes, self.batch_size, autocast_dtype(trainer))
                 measured[name] = Measured(episodes, exact, paths)
@@ -182,7 +197,7 @@ class EpisodeRecall(PeriodicEvaluation):
                 scalars[tag("constant_answer")] = float(top_share(s.predicted for s in scores) >= CONSTANT)
                 scalars[tag("distance")] = measured[name].distance
                 scalars[tag("length")] = length
-                scalars[tag("in_window")] = float(length <= trainer.datamodule.seq_len)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                scalars[tag("in_window")] = float(length <= datamodule_of(trainer).seq_len)
                 scalars[tag("blind")] = paths.blind.float().mean().item()
                 scalars[tag("unreachable")] = (~paths.reachable).float().mean().item()
                 scalars[tag("failed_blind")] = (~exact & paths.blind).float().mean().item()
@@ -191,7 +206,9 @@ class EpisodeRecall(PeriodicEvaluation):
                     for head, value in enumerate(weights):
                         scalars[recall_weight_tag(name, layer, head, prefix)] = value
                 scalars[tag("zeros")] = (paths.weights == 0).double().mean().item()
-                scalars.update(self._interventions(decoder, wide, trainer.datamodule.tokenizer, paths, episodes, tag))  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                scalars.update(
+                    self._interventions(decoder, wide, datamodule_of(trainer).tokenizer, paths, episodes, tag)
+                )
             if self.attribution:
                 scalars.update(self._attribute(trainer, decoder, measured, prefix))
         for name, values in decoder.position.learned_head_parameters().items():
@@ -226,7 +243,7 @@ class EpisodeRecall(PeriodicEvaluation):
 
     def _attribute(self, trainer: L.Trainer, decoder, measured: dict[str, Measured], prefix: str) -> dict[str, float]:
         """The attribution scalars (see the class docstring) from the points already measured."""
-        tokenizer, seq_len, scalars = trainer.datamodule.tokenizer, trainer.datamodule.seq_len, {}  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        tokenizer, seq_len, scalars = datamodule_of(trainer).tokenizer, datamodule_of(trainer).seq_len, {}
         inside = self._in_window(seq_len, measured)
         near = max(inside, key=lambda n: measured[n].distance)
         costs = ablation_costs(decoder, tokenizer, measured[near].episodes, self.batch_size)

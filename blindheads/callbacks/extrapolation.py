@@ -7,7 +7,9 @@ from collections.abc import Sequence
 import lightning as L
 import torch
 
+from blindheads.callbacks.charts import chart
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars, training_length
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.contexts import evaluating
 from blindheads.evaluation.scoring import token_losses
 from blindheads.evaluation.tags import extrapolation_tag
@@ -35,12 +37,15 @@ class LengthExtrapolation(PeriodicEvaluation):
         self.factors, self.sequences, self.position_bucket = list(factors), sequences, position_bucket
 
     @torch.no_grad()
+    def charts(self, trainer: L.Trainer, pl_module: L.LightningModule, categories: dict[str, dict]) -> None:
+        categories.setdefault("loss", {})["by length"] = chart(extrapolation_tag(r"\d+") + "$")
+
     def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict[str, float]:
         base = training_length(trainer, pl_module)
         results = {}
         for factor in self.factors:
             length = factor * base
-            tokens = trainer.datamodule.heldout_windows(self.sequences, length)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+            tokens = datamodule_of(trainer).heldout_windows(self.sequences, length)
             mine = tokens[trainer.global_rank :: trainer.world_size].to(pl_module.device)
             position_sums = torch.zeros(length, dtype=torch.float64, device=pl_module.device)
             if len(mine):

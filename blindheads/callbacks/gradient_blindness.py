@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from blindheads.blindness import first_blind_token, predicted_blind_distances
 from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars, per_head, training_length
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.contexts import evaluating, forward_hooks
 from blindheads.evaluation.tags import gradient_tag
 from blindheads.evaluation.underflow import GradientStatistics, gradient_statistics
@@ -55,7 +56,7 @@ class GradientBlindness(PeriodicEvaluation):
         hooks = forward_hooks([b.attn.weights for b in blocks], lambda _: keep)
         # validate and test run under inference mode, which enable_grad alone does not leave
         with evaluating(pl_module), hooks, torch.inference_mode(False), torch.enable_grad():
-            tokens = trainer.datamodule.heldout_windows(self.batch_size, length).to(pl_module.device).clone()  # type: ignore[attr-defined]  # undeclared, set at run time; savable
+            tokens = datamodule_of(trainer).heldout_windows(self.batch_size, length).to(pl_module.device).clone()
             with trainer.precision_plugin.forward_context():
                 hidden = decoder.hidden_states(tokens[:, :-1], attention="eager", softmax_dtype=dtype)
                 loss = F.cross_entropy(decoder.lm_head(hidden).flatten(0, 1).float(), tokens[:, 1:].flatten())

@@ -7,6 +7,7 @@ import math
 import lightning as L
 
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_scalars
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.contexts import evaluating
 from blindheads.modules.lm import DecoderLM
 
@@ -48,7 +49,7 @@ class LMEvalHarness(PeriodicEvaluation):
         with evaluating(pl_module), trainer.precision_plugin.forward_context():
             adapter = BlindheadsLM(
                 decoder=pl_module.decoder,
-                tokenizer=trainer.datamodule.tokenizer,  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+                tokenizer=datamodule_of(trainer).tokenizer,
                 batch_size=self.batch_size,
             )
             self.results = simple_evaluate(

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from blindheads.modules.lm import DecoderLM
 from blindheads.numerics import PRECISION_DTYPES, resolve_dtype
+from blindheads.running import running
 
 
 class PeriodicEvaluation(L.Callback):
@@ -49,7 +50,7 @@ class PeriodicEvaluation(L.Callback):
 
 def training_length(trainer: L.Trainer, pl_module: DecoderLM) -> int:
     """The sequence length the model trains on (the data module's), else its context length."""
-    length = getattr(trainer.datamodule, "seq_len", None) or pl_module.config.context_length  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+    length = getattr(running(trainer).datamodule, "seq_len", None) or pl_module.config.context_length
     assert length is not None  # DecoderConfig fills context_length
     return length
 

@@ -74,9 +74,10 @@ class StepProgressBar(TQDMProgressBar):
             bar.set_postfix(self.get_metrics(trainer, pl_module))  # refreshes the bar
 
 
-def count_steps_in_progress_bar(trainer: L.Trainer, configured: list) -> None:
-    """Replaces the bar Lightning adds by default (Rich's where rich is installed, else tqdm's) with
-    ``StepProgressBar``; a progress bar the config names (in ``configured``) is kept."""
-    for index, callback in enumerate(trainer.callbacks):  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
-        if isinstance(callback, ProgressBar) and not any(callback is given for given in configured):
-            trainer.callbacks[index] = StepProgressBar()  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+def shows_a_progress_bar(trainer_options, configured: list) -> bool:
+    """Whether a Trainer of these options and ``configured`` callbacks would add Lightning's default bar (Rich's
+    where rich is installed, else tqdm's): it shows a bar and none is configured. ``StepProgressBar`` goes in its
+    place."""
+    return trainer_options.get("enable_progress_bar", True) is not False and not any(
+        isinstance(callback, ProgressBar) for callback in configured
+    )

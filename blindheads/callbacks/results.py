@@ -11,6 +11,7 @@ import lightning as L
 from blindheads import atomic
 from blindheads.callbacks.periodic import evaluated_step
 from blindheads.evaluation.report import run_report
+from blindheads.running import running
 
 
 class ResultsFile(L.Callback):
@@ -36,7 +37,7 @@ class ResultsFile(L.Callback):
             "global_step": evaluated_step(trainer, pl_module),
             "metrics": metrics,
         }
-        for callback in trainer.callbacks:  # type: ignore[attr-defined]  # undeclared, set at run time; what a callback records beyond scalars (EpisodeRecall: its episode sets)
+        for callback in running(trainer).callbacks:
             results.update(getattr(callback, "results_fields", {}))
         atomic.write_text(self.path, json.dumps(results, indent=2) + "\n")
         numbers = {key: value for key, value in metrics.items() if isinstance(value, float)}

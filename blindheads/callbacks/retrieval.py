@@ -10,20 +10,24 @@ from typing import cast
 import lightning as L
 import numpy as np
 
+from blindheads.callbacks.charts import chart
 from blindheads.callbacks.periodic import PeriodicEvaluation, log_figures, log_scalars, scaled_lengths, training_length
+from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.contexts import evaluating
-from blindheads.evaluation.figures import grid_heatmap
+from blindheads.evaluation.figures import sweep_heatmap
 from blindheads.evaluation.prompts import RetrievalSample, needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
-from blindheads.evaluation.summary import GridSummary, summarize_grid
+from blindheads.evaluation.sweep import SweepScores, score_sweep
 from blindheads.evaluation.tags import retrieval_exact_tag, retrieval_tag
 from blindheads.modules.lm import DecoderLM
+
+BY_CELL, AUC = ", exact by length and depth", "AUC in and beyond the training length"  # the layout's chart titles
 
 
 class RetrievalEval(PeriodicEvaluation):
     """Evaluates a retrieval task every ``every_n_steps`` training steps and at ``validate``/``test``.
 
-    The grid is ``length_factors`` x the training length (or explicit ``lengths``) by ``depths``, with ``samples``
+    The sweep is ``length_factors`` x the training length (or explicit ``lengths``) by ``depths``, with ``samples``
     prompts per cell; answers have ``digits`` digits (None: the task's own, 5 for passkey, 7 for needle). Samples are dealt across ranks and their scores summed with torchmetrics, so the numbers equal
     a single process's. Logs flat scalars (``{task}/auc_in_domain``, ``{task}/exact/len{L}/depth{d}``, ...), a
     heatmap image, and at ``test`` writes ``{task}.json`` beside the logs.
@@ -53,7 +57,7 @@ class RetrievalEval(PeriodicEvaluation):
         self.depths, self.samples, self.batch_size, self.seed = list(depths), samples, batch_size, seed
         self.digits = digits
         self._samples: list[RetrievalSample] | None = None
-        self.last: GridSummary | None = None
+        self.last: SweepScores | None = None
 
     def lengths(self, trainer: L.Trainer, pl_module: DecoderLM) -> list[int]:
         return self.lengths_for(training_length(trainer, pl_module))
@@ -68,6 +72,15 @@ class RetrievalEval(PeriodicEvaluation):
         """The task's prompts at ``lengths``, with the data module's tokenizer (and held-out text)."""
         raise NotImplementedError
 
+    def charts(self, trainer: L.Trainer, pl_module: L.LightningModule, categories: dict[str, dict]) -> None:
+        """Exact by length and depth per task, then one chart of every task's AUC in and beyond the training length
+        (kept last)."""
+        retrieval = categories.setdefault("retrieval", {})
+        retrieval.pop(AUC, None)
+        retrieval[f"{self.task}{BY_CELL}"] = chart(retrieval_exact_tag(self.task, r"\d+", r"\d+") + "$")
+        tasks = [title.removesuffix(BY_CELL) for title in retrieval if title.endswith(BY_CELL)]
+        retrieval[AUC] = chart(retrieval_tag(f"({'|'.join(tasks)})", "auc_(in|out_of)_domain") + "$")
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Build the prompts now: a length they cannot take fails before training, not at the first evaluation."""
         try:
@@ -81,34 +94,32 @@ class RetrievalEval(PeriodicEvaluation):
             self._samples = self.prompts(trainer.datamodule, self.lengths(trainer, pl_module))
         return self._samples
 
-    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> GridSummary:
+    def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> SweepScores:
         lengths = self.lengths(trainer, pl_module)
         samples = self.samples_for(trainer, pl_module)
         mine = samples[trainer.global_rank :: trainer.world_size]
         with evaluating(pl_module), trainer.precision_plugin.forward_context():
-            scores = score_samples(pl_module.decoder, trainer.datamodule.tokenizer, mine, self.batch_size)  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
-        summary = summarize_grid(scores, lengths, self.depths, training_length(trainer, pl_module), pl_module.device)
-        self.last = summary
-        self._log(trainer, pl_module, summary, prefix)
-        return summary
+            scores = score_samples(pl_module.decoder, datamodule_of(trainer).tokenizer, mine, self.batch_size)
+        sweep = score_sweep(scores, lengths, self.depths, training_length(trainer, pl_module), pl_module.device)
+        self.last = sweep
+        self._log(trainer, pl_module, sweep, prefix)
+        return sweep
 
-    def _log(self, trainer, pl_module, summary: GridSummary, prefix: str) -> None:
+    def _log(self, trainer, pl_module, sweep: SweepScores, prefix: str) -> None:
         scalars = {
-            retrieval_tag(self.task, name, prefix): value
-            for name, value in summary.metrics.items()
-            if np.isfinite(value)
+            retrieval_tag(self.task, name, prefix): value for name, value in sweep.metrics.items() if np.isfinite(value)
         }
-        for length, depth, exact, _, _ in summary.cells():
+        for length, depth, exact, _, _ in sweep.cells():
             scalars[retrieval_exact_tag(self.task, length, round(depth * 100), prefix)] = exact
         log_scalars(trainer, pl_module, scalars, prefix)
         heatmap = {
-            retrieval_tag(self.task, "heatmap", prefix): lambda step: grid_heatmap(summary, f"{self.task}, step {step}")
+            retrieval_tag(self.task, "heatmap", prefix): lambda step: sweep_heatmap(sweep, f"{self.task}, step {step}")
         }
         log_figures(trainer, pl_module, heatmap)
         log_dir = trainer.log_dir  # a collective under DDP: every rank reads it
         if prefix == "test/" and trainer.is_global_zero and log_dir:
             path = Path(log_dir) / f"{self.task}.json"
-            path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+            path.write_text(json.dumps(sweep.to_dict(), indent=2) + "\n")
 
 
 class PasskeyEval(RetrievalEval):

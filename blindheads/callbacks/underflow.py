@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import partial
 from typing import cast
@@ -10,6 +11,7 @@ import lightning as L
 import torch
 
 from blindheads.blindness import predicted_blind_distances
+from blindheads.callbacks.charts import chart
 from blindheads.callbacks.periodic import (
     PeriodicEvaluation,
     autocast_dtype,
@@ -68,6 +70,9 @@ class UnderflowMonitor(PeriodicEvaluation):
         return self._log(trainer, pl_module, training_length(trainer, pl_module), dtype, prefix)
 
     @torch.no_grad()
+    def charts(self, trainer: L.Trainer, pl_module: DecoderLM, categories: dict[str, dict]) -> None:
+        categories.update(underflow_charts(trainer, pl_module, self))
+
     def _statistics(self, trainer, pl_module, length: int, dtype: torch.dtype) -> list[ZeroStatistics]:
         blocks = pl_module.decoder.blocks
         per_layer: list[ZeroStatistics | None] = [None] * len(blocks)
@@ -117,6 +122,45 @@ class UnderflowMonitor(PeriodicEvaluation):
         }
         log_figures(trainer, pl_module, figures)
         return scalars
+
+
+SOFTMAXES = "(materialized|fused)"  # both predictions, in one chart
+
+
+def underflow_charts(trainer: L.Trainer, pl_module: DecoderLM, monitor: UnderflowMonitor) -> dict:
+    """Underflow per layer at the monitor's longest length (at the training length little or nothing is blind), and
+    per head its measured blind distance beside the predicted ones, in separate charts. A head is measured blind only
+    within the longest length: heads predicted blind beyond it share one chart of predictions."""
+    base = training_length(trainer, pl_module)
+    longest = max(scaled_lengths(base, monitor.length_factors))
+    at = length_label(longest, base)
+    config = pl_module.decoder.config
+    assert config.num_layers is not None  # DecoderConfig fills its shape
+    underflow = {
+        f"layer {layer}": chart(underflow_tag(layer, r"\d+", at=re.escape(at)) + "$")
+        for layer in range(config.num_layers)
+    }
+    underflow["mean over layers and heads, by length"] = chart(underflow_mean_tag(r"[\d.]+x") + "$")
+    predicted = [
+        predicted_blind_distances(pl_module.decoder.position, longest, autocast_dtype(trainer), config.threshold, s)
+        for s in ("materialized", "fused")
+    ]
+    distances, beyond = {}, []
+    for head, distance in enumerate(torch.maximum(*predicted).tolist()):
+        if distance <= longest:
+            distances[f"head {head}: measured (each layer)"] = chart(blind_distance_tag(r"\d+", head) + "$")
+            distances[f"head {head}: predicted"] = chart(predicted_tag(SOFTMAXES, head) + "$")
+        elif distance != float("inf"):
+            beyond.append(str(head))
+    if beyond:
+        distances[f"heads {', '.join(beyond)}: predicted (beyond {longest} tokens)"] = chart(
+            predicted_tag(SOFTMAXES, f"({'|'.join(beyond)})") + "$"
+        )
+    categories = {f"underflow at {longest} tokens ({at}): share of weights exactly zero, per layer": underflow}
+    if distances:
+        title = f"blind distance at {longest} tokens: measured in eager weights (q.k included), predicted (bias alone)"
+        categories[title] = distances
+    return categories
 
 
 def length_label(length: int, base: int) -> str:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import cast
 
 import lightning as L
 import torch
 
-from blindheads.checkpoints import decoder_state, load_checkpoint
+from blindheads.checkpoints.reading import load_checkpoint
+from blindheads.checkpoints.rebuild import decoder_state
+from blindheads.modules.lm import DecoderLM
 
 POSITION = "position."  # the position stack's keys: always the run's own
 
@@ -48,7 +49,11 @@ class WarmStart(L.Callback):
         path = self.resolved()
         checkpoint = load_checkpoint(path)
         state = {k: v for k, v in decoder_state(checkpoint).items() if not k.startswith(POSITION)}
-        decoder = cast(torch.nn.Module, pl_module.decoder)  # a DecoderLM: the CLI's model class
+        if not isinstance(pl_module, DecoderLM):
+            raise TypeError(
+                f"callbacks.warm_start loads a blindheads decoder's weights, not a {type(pl_module).__name__}'s"
+            )
+        decoder = pl_module.decoder
         own = {k: v for k, v in decoder.state_dict().items() if not k.startswith(POSITION)}
         missing, unexpected = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
         shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()

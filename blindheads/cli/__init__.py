@@ -1,111 +1,86 @@
-"""The ``blindheads`` command: one subcommand per job."""
+"""The ``blindheads`` command: one subcommand per job, each run by a function the table ``COMMANDS`` names as
+``module:function``. Every command's entry point (its options and ``main``) is a module of this package; the code it
+runs lives in its own part (``blindheads.experiments``, ``blindheads.export``, ...). The table is read, and a
+command's module imported, only when that command runs: this module imports the standard library alone, so
+``blindheads --help`` answers at once and each command loads only what it uses."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
-
-from blindheads.cli import blindness
-from blindheads.cli.disk_full import DiskFull, no_space
-
-
-def _lightning(subcommand: str):
-    def run(argv: list[str]) -> None:
-        from blindheads.cli.lightning import main as lightning_main  # Lightning loads only when needed
-
-        lightning_main([subcommand, *argv])
-
-    return run
+from collections.abc import Callable
+from typing import NamedTuple
 
 
-def _probe(argv: list[str]) -> None:
-    from blindheads.cli.probe import main as probe_main  # transformers loads only when needed
+class Command(NamedTuple):
+    """A subcommand: the function that runs it (``module:function``, given the arguments after its name), the line
+    ``blindheads --help`` shows, and whether it is internal (started by another command, left out of ``--help``)."""
 
-    probe_main(argv)
+    target: str
+    summary: str
+    internal: bool = False
 
+    @property
+    def module(self) -> str:
+        return self.target.partition(":")[0]
 
-def _export(argv: list[str]) -> None:
-    from blindheads.export.directory import main as export_main
-
-    export_main(argv)
-
-
-def _lm_eval(argv: list[str]) -> None:
-    from blindheads.evaluation.lm_eval_adapter import main as lm_eval_main  # registers the ``blindheads`` model
-
-    lm_eval_main(argv)
-
-
-def _grid(argv: list[str]) -> None:
-    from blindheads.experiments.grid import main as grid_main
-
-    grid_main(argv)
-
-
-def _conjecture(argv: list[str]) -> None:
-    from blindheads.experiments.conjecture import main as conjecture_main
-
-    conjecture_main(argv)
-
-
-def _conjecture_arm(argv: list[str]) -> None:
-    from blindheads.experiments.conjecture import arm_main
-
-    arm_main(argv)
-
-
-def _recheck(argv: list[str]) -> None:
-    from blindheads.cli.recheck import main as recheck_main
-
-    recheck_main(argv)
-
-
-def _retrieval_heads(argv: list[str]) -> None:
-    from blindheads.cli.retrieval_heads import main as retrieval_heads_main
-
-    retrieval_heads_main(argv)
+    def function(self) -> Callable[[list[str]], object]:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 COMMANDS = {
-    "blindness": blindness.main,
-    "probe": _probe,
-    "export": _export,
-    "lm_eval": _lm_eval,
-    "grid": _grid,
-    "conjecture": _conjecture,
-    "conjecture-arm": _conjecture_arm,
-    "recheck": _recheck,
-    "retrieval-heads": _retrieval_heads,
-    **{name: _lightning(name) for name in ("fit", "validate", "test")},
+    "blindness": Command(
+        "blindheads.cli.blindness:main", "per-head blindness distance and underflow shares of a position stack"
+    ),
+    "fit": Command("blindheads.cli.lightning:fit", "train a decoder (LightningCLI; --config FILE ...)"),
+    "validate": Command("blindheads.cli.lightning:validate", "validate a checkpoint (--ckpt_path)"),
+    "test": Command("blindheads.cli.lightning:test", "test a checkpoint: loss, retrieval, extrapolation, results.json"),
+    "probe": Command("blindheads.cli.probe:main", "measured vs predicted underflow of a published model"),
+    "export": Command("blindheads.cli.export:main", "a Hugging Face directory from a checkpoint"),
+    "lm_eval": Command("blindheads.cli.lm_eval:main", "lm-evaluation-harness on a checkpoint"),
+    "grid": Command(
+        "blindheads.cli.grid:main",
+        "train and test every position setup at several seeds; one summary table and figures",
+    ),
+    "conjecture": Command(
+        "blindheads.cli.conjecture:main",
+        "where does learning through a small attention weight stop? a dose-response curve, bare head and decoder",
+    ),
+    "conjecture-arm": Command(
+        "blindheads.cli.conjecture:arm_main", "one run of blindheads conjecture (the driver starts it)", internal=True
+    ),
+    "recheck": Command(
+        "blindheads.cli.recheck:main",
+        "a tested run's recall re-evaluated: greedy decoding on fresh episodes vs the committed numbers",
+    ),
+    "retrieval-heads": Command(
+        "blindheads.cli.retrieval_heads:main",
+        "which heads of tested runs retrieve passkey and needle, and do they fail where those go blind",
+    ),
 }
-SUMMARIES = {
-    "blindness": "per-head blindness distance and underflow shares of a position stack",
-    "fit": "train a decoder (LightningCLI; --config FILE ...)",
-    "validate": "validate a checkpoint (--ckpt_path)",
-    "test": "test a checkpoint: loss, retrieval, extrapolation, results.json",
-    "probe": "measured vs predicted underflow of a published model",
-    "export": "a Hugging Face directory from a checkpoint",
-    "lm_eval": "lm-evaluation-harness on a checkpoint",
-    "grid": "train and test every position setup at several seeds; one summary table and figures",
-    "conjecture": "where does learning through a small attention weight stop? a dose-response curve, bare head and decoder",
-    "conjecture-arm": "one run of blindheads conjecture (the driver starts it)",
-    "recheck": "a tested run's recall re-evaluated: greedy decoding on fresh episodes vs the committed numbers",
-    "retrieval-heads": "which heads of tested runs retrieve passkey and needle, and do they fail where those go blind",
-}
-USAGE = "usage: blindheads {" + ",".join(COMMANDS) + "} [options]   (blindheads COMMAND --help for its options)"
+LISTED = [name for name, command in COMMANDS.items() if not command.internal]
+USAGE = "usage: blindheads {" + ",".join(LISTED) + "} [options]   (blindheads COMMAND --help for its options)"
+
+
+def help_text() -> str:
+    """The usage line, then each listed command beside its summary, in one column."""
+    width = max(map(len, LISTED))
+    return USAGE + "\n\ncommands:\n" + "\n".join(f"  {name:<{width}}  {COMMANDS[name].summary}" for name in LISTED)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["-h"], ["--help"]):
-        print(USAGE + "\n\ncommands:\n" + "\n".join(f"  {name:<10} {SUMMARIES[name]}" for name in COMMANDS))
+        print(help_text())
         return
     if not argv or argv[0] not in COMMANDS:
         given = f"unknown command {argv[0]!r}; " if argv else ""
         sys.exit(f"{given}{USAGE}")
     try:
-        COMMANDS[argv[0]](argv[1:])
+        COMMANDS[argv[0]].function()(argv[1:])
         sys.stdout.flush()  # a reader gone away is found here, not in Python's clean-up at exit
     except BrokenPipeError:  # the reader went away (``| head``): nothing more to say, and nothing to flush to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -113,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, FileNotFoundError) as error:  # bad input: the message names the value and the choices
         sys.exit(f"blindheads {argv[0]}: error: {one_line(error)}")
     except Exception as error:  # a full disk, wherever it struck: one line, not a C++ traceback
+        from blindheads.disk import DiskFull, no_space  # the standard library only
+
         full = no_space(error)
         if full is None:
             raise

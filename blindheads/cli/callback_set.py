@@ -2,7 +2,8 @@
 (``--callbacks.recall.samples 8``). A later config file or option changes one argument by name; a ``trainer.callbacks``
 list is replaced whole by a later file, and its ``--trainer.callbacks.ARG`` edits the list's last entry whatever its
 class. ``callbacks.use`` names the ones that run, in order; they run before any ``trainer.callbacks``. The settings
-every config shares are the options' defaults, written once in ``configs/callbacks/base.yaml``."""
+every config shares are the options' defaults, written once in ``configs/callbacks/base.yaml`` (package data:
+``blindheads.packaged``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import lightning as L
 import yaml
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
-from blindheads.analysis.paths import CALLBACK_DEFAULTS, from_repository
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.callbacks.extrapolation import LengthExtrapolation
 from blindheads.callbacks.gradient_blindness import GradientBlindness
@@ -19,6 +19,7 @@ from blindheads.callbacks.retrieval import NeedleEval, PasskeyEval
 from blindheads.callbacks.throughput import TokenThroughput
 from blindheads.callbacks.underflow import UnderflowMonitor
 from blindheads.callbacks.warm_start import WarmStart
+from blindheads.packaged import CALLBACK_DEFAULTS, packaged
 
 KINDS: dict[str, type[L.Callback]] = {
     "progress": ProgressLines,
@@ -43,7 +44,7 @@ def add_callback_set(parser) -> None:
     parser.add_argument(
         "--callbacks.use", type=list[str], default=[], help=f"the callbacks that run, in order: of {', '.join(KINDS)}"
     )
-    base = yaml.safe_load(from_repository(CALLBACK_DEFAULTS).read_text())["callbacks"]
+    base = yaml.safe_load(packaged(CALLBACK_DEFAULTS).read_text())["callbacks"]
     parser.set_defaults(
         {f"callbacks.{name}.{key}": value for name, args in base.items() for key, value in args.items()}
     )

@@ -33,7 +33,7 @@ from blindheads.evaluation.greedy import greedy_samples
 from blindheads.evaluation.recall import Episode
 from blindheads.evaluation.scoring import score_samples
 from blindheads.evaluation.tags import recall_tag
-from blindheads.experiments.runner import provenance, provenance_lines
+from blindheads.experiments.driver.records import provenance, provenance_lines
 
 OFFSET = 1000  # fresh episode seed = the run's + OFFSET
 Z = 1.96  # two-sided 95%

@@ -28,7 +28,7 @@ from blindheads.callbacks.retrieval import NeedleEval, PasskeyEval, RetrievalEva
 from blindheads.cli.tested_run import load_run
 from blindheads.evaluation.retrieval_heads import retrieval_heads
 from blindheads.evaluation.scoring import top_share
-from blindheads.experiments.runner import provenance, provenance_lines
+from blindheads.experiments.driver.records import provenance, provenance_lines
 
 FAILED = 0.5  # a distance band fails where its exact share is below this share of the in-domain one
 BLIND = 0.5  # a distance band is blind where, on average, this share of the carriers' ablation cost is exactly blind

@@ -13,11 +13,13 @@ import torch
 import yaml
 from lightning.pytorch.plugins.precision import Precision
 
-from blindheads.checkpoints import checkpoint_decoder, decoder_config, load_checkpoint
+from blindheads.checkpoints.reading import load_checkpoint
+from blindheads.checkpoints.rebuild import checkpoint_decoder, decoder_config
 from blindheads.cli.callback_set import KINDS
 from blindheads.cli.lightning import build_cli
-from blindheads.datamodules.fineweb import FineWebEdu
-from blindheads.experiments.loop import done_record
+from blindheads.datamodules.text import TextData
+from blindheads.experiments.driver.loop import done_record
+from blindheads.running import running
 
 CHECKPOINT = "checkpoints/last.ckpt"
 CONFIGS = ("config.test.yaml", "config.yaml")  # what the test that wrote results.json ran with; the fit's
@@ -31,7 +33,7 @@ class Loaded:
 
     run_dir: Path
     decoder: torch.nn.Module
-    data: FineWebEdu
+    data: TextData
     callbacks: list[L.Callback]
     precision: Precision
     results: dict
@@ -123,7 +125,7 @@ def load_run(run_dir: str | Path, kinds: tuple[type[L.Callback], ...], device: s
     except Exception as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"{run_dir}: its config does not rebuild: {first}") from None
-    callbacks = [c for c in cli.trainer.callbacks if isinstance(c, kinds)]  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+    callbacks = [c for c in running(cli.trainer).callbacks if isinstance(c, kinds)]
     data = cli.datamodule
     data.prepare_data()
     data.setup("test")

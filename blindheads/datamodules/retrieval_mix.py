@@ -75,7 +75,7 @@ TEMPLATES = {
 
 @dataclass(frozen=True)
 class RetrievalMix:
-    """Retrieval episodes inserted into the training stream (``FineWebEdu(retrieval_mix=...)``).
+    """Retrieval episodes inserted into the training stream (``TextData(retrieval_mix=...)``).
 
     ``rate``: the probability that a window a document covers gets an episode (so up to ``rate`` episodes per
     training window; fewer where a document ends first, see ``EpisodeWriter.statistics``); ``facts``: key-value

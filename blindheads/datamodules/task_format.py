@@ -33,22 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from blindheads import prompt_texts as texts
 from blindheads.prompt_layout import PromptBuilder, random_digits
-from blindheads.prompt_texts import (
-    NEEDLE,
-    NEEDLE_KEY_WORDS,
-    NEEDLE_QUESTION,
-    PASSKEY_FILLER,
-    PASSKEY_INSTRUCTION,
-    PASSKEY_NEEDLE,
-    PASSKEY_QUESTION,
-    evaluation_value,
-)
 
 
 @dataclass(frozen=True)
 class TaskFormat:
-    """Passkey and needle training sequences (``FineWebEdu(task_format=...)``, instead of ``retrieval_mix``).
+    """Passkey and needle training sequences (``TextData(task_format=...)``, instead of ``retrieval_mix``).
 
     ``needle``: the share of sequences that are needles (the rest passkeys); ``corpus_filler``: the share of passkey
     sequences whose filler is the document's text, not the standard sentences; ``min_filler``: the fewest filler
@@ -83,15 +74,20 @@ class TaskWriter:
         self.builder = PromptBuilder(tokenizer)
         self.eos = self.builder.eos
         encode = self.builder.encode
-        self.head, self.unit, self.tail = encode(PASSKEY_INSTRUCTION), encode(PASSKEY_FILLER), encode(PASSKEY_QUESTION)
+        self.head, self.unit, self.tail = (
+            encode(texts.PASSKEY_INSTRUCTION),
+            encode(texts.PASSKEY_FILLER),
+            encode(texts.PASSKEY_QUESTION),
+        )
         # in this process: windows written, sequences by task and filler, filler tokens between needle and question
         self.statistics: dict[str, Any] = {"windows": 0, "sequences": Counter(), "distances": Counter()}
         # the longest fixed parts a sequence has (+ 1: its EOS) with all-nines values (with some vocabularies another
         # value takes a token or two more: ``min_filler`` makes room, ``sequence`` redraws where it does not)
         nines = ("9" * task.key_digits, "9" * task.needle_digits)
-        passkey = 1 + len(self.head) + len(encode(PASSKEY_NEEDLE.format(key=nines[0]))) + len(self.tail)
+        passkey = 1 + len(self.head) + len(encode(texts.PASSKEY_NEEDLE.format(key=nines[0]))) + len(self.tail)
         needle = 1 + max(
-            len(encode(NEEDLE.format(key=key, value=nines[1]))) + len(encode(NEEDLE_QUESTION.format(key=key)))
+            len(encode(texts.NEEDLE.format(key=key, value=nines[1])))
+            + len(encode(texts.NEEDLE_QUESTION.format(key=key)))
             for key in needle_keys()
         )
         self.shortest = max(passkey + len(encode(f" {nines[0]}")), needle + len(encode(f" {nines[1]}")))
@@ -110,7 +106,7 @@ class TaskWriter:
 
     def value(self, rng: random.Random, digits: int) -> str:
         """A number of ``digits`` digits that the evaluation never asks for."""
-        while evaluation_value(value := random_digits(rng, digits)):
+        while texts.evaluation_value(value := random_digits(rng, digits)):
             pass
         return value
 
@@ -165,14 +161,14 @@ class TaskWriter:
         room = -1  # the filler's tokens; a value whose digits take more tokens than ``shortest`` allowed is redrawn
         while room < 0:
             if rng.random() < self.task.needle:
-                key = f"{rng.choice(NEEDLE_KEY_WORDS[0])}-{rng.choice(NEEDLE_KEY_WORDS[1])}"
+                key = f"{rng.choice(texts.NEEDLE_KEY_WORDS[0])}-{rng.choice(texts.NEEDLE_KEY_WORDS[1])}"
                 value = self.value(rng, self.task.needle_digits)
-                head, needle = [], encode(NEEDLE.format(key=key, value=value))
-                tail = encode(NEEDLE_QUESTION.format(key=key))
+                head, needle = [], encode(texts.NEEDLE.format(key=key, value=value))
+                tail = encode(texts.NEEDLE_QUESTION.format(key=key))
                 kind = "needle"
             else:
                 value = self.value(rng, self.task.key_digits)
-                head, needle, tail = self.head, encode(PASSKEY_NEEDLE.format(key=value)), self.tail
+                head, needle, tail = self.head, encode(texts.PASSKEY_NEEDLE.format(key=value)), self.tail
                 kind = "passkey/corpus" if rng.random() < self.task.corpus_filler else "passkey"
             answer = encode(f" {value}")
             room = length - (len(head) + len(needle) + len(tail) + len(answer))
@@ -189,4 +185,4 @@ class TaskWriter:
 
 def needle_keys() -> list[str]:
     """Every key the needle prompt can name (``amber-anchor``, ...)."""
-    return [f"{first}-{second}" for first in NEEDLE_KEY_WORDS[0] for second in NEEDLE_KEY_WORDS[1]]
+    return [f"{first}-{second}" for first in texts.NEEDLE_KEY_WORDS[0] for second in texts.NEEDLE_KEY_WORDS[1]]

@@ -132,15 +132,8 @@ def in_float64(decoder):
 def floored_bias(decoder, floor: float) -> Iterator[None]:
     """For the block, every head's bias (after every stage of the stack) is at least ``floor``, in fresh backends
     as in ``capped_bias``."""
-    stack = decoder.position
-    bias_of_distance = stack.bias_of_distance
-    stack.bias_of_distance = lambda d, h, q_idx=None: bias_of_distance(d, h, q_idx).clamp_min(floor)
-    cached, decoder._backends = decoder._backends, {}
-    try:
+    with _bias_changed(decoder, lambda bias, d, h, q_idx: bias(d, h, q_idx).clamp_min(floor)):
         yield
-    finally:
-        del stack.bias_of_distance
-        decoder._backends = cached
 
 
 @contextmanager
@@ -149,9 +142,17 @@ def capped_bias(decoder, distance: int) -> Iterator[None]:
     distances fed to the stack's bias are clamped there, so every later stage (log distances, clamps) applies as
     usual. The decoder's own kind of backend runs meanwhile, in fresh instances: the cached ones hold the bias they
     built before, and keep it for after."""
+    with _bias_changed(decoder, lambda bias, d, h, q_idx: bias(d.clamp_max(distance), h, q_idx)):
+        yield
+
+
+@contextmanager
+def _bias_changed(decoder, changed) -> Iterator[None]:
+    """For the block, the stack's bias of distance is ``changed(bias, d, h, q_idx)``, ``bias`` its own, in fresh
+    backends (the cached ones keep the bias they built, for after)."""
     stack = decoder.position
     bias_of_distance = stack.bias_of_distance
-    stack.bias_of_distance = lambda d, h, q_idx=None: bias_of_distance(d.clamp_max(distance), h, q_idx)
+    stack.bias_of_distance = lambda d, h, q_idx=None: changed(bias_of_distance, d, h, q_idx)
     cached, decoder._backends = decoder._backends, {}
     try:
         yield

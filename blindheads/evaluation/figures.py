@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from blindheads.evaluation.summary import GridSummary
+from blindheads.evaluation.sweep import SweepScores
 from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_distance
 
 
@@ -59,14 +59,14 @@ def zero_share_by_distance(
     return figure
 
 
-def grid_heatmap(summary: GridSummary, title: str):
+def sweep_heatmap(sweep: SweepScores, title: str):
     """Retrieval accuracy, depth (rows) x length (columns); in-domain columns left of the dashed line."""
-    figure, axis = _figure(1.2 + 0.7 * len(summary.lengths), 1.0 + 0.45 * len(summary.depths))
-    image = axis.imshow(summary.exact.T, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    axis.set_xticks(range(len(summary.lengths)), [str(n) for n in summary.lengths], rotation=45)
-    axis.set_yticks(range(len(summary.depths)), [f"{d:.0%}" for d in summary.depths])
-    inside = sum(n <= summary.training_length for n in summary.lengths)
-    if 0 < inside < len(summary.lengths):
+    figure, axis = _figure(1.2 + 0.7 * len(sweep.lengths), 1.0 + 0.45 * len(sweep.depths))
+    image = axis.imshow(sweep.exact.T, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    axis.set_xticks(range(len(sweep.lengths)), [str(n) for n in sweep.lengths], rotation=45)
+    axis.set_yticks(range(len(sweep.depths)), [f"{d:.0%}" for d in sweep.depths])
+    inside = sum(n <= sweep.training_length for n in sweep.lengths)
+    if 0 < inside < len(sweep.lengths):
         axis.axvline(inside - 0.5, color="white", linestyle="--")
     axis.set_xlabel("context length (tokens)")
     axis.set_ylabel("needle depth")

@@ -10,7 +10,6 @@ training context length).
 from __future__ import annotations
 
 import inspect
-import json
 import re
 
 import torch
@@ -20,7 +19,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, handle_arg_string, make_disjoint_window
 from tqdm import tqdm
 
-from blindheads.checkpoints import checkpoint_decoder, checkpoint_tokenizer, load_checkpoint
+from blindheads.checkpoints.reading import load_checkpoint
+from blindheads.checkpoints.rebuild import checkpoint_decoder, checkpoint_tokenizer
 
 
 @register_model("blindheads")
@@ -147,18 +147,3 @@ def model_arguments(text: str) -> dict[str, str]:
     if malformed:
         raise ValueError(f"--model_args {text!r}: {malformed[0]!r} is not key=value")
     return {key.strip(): value for key, _, value in (piece.partition("=") for piece in pieces)}
-
-
-def main(argv: list[str]) -> None:
-    """``blindheads lm_eval ARGS``: lm-evaluation-harness's own CLI with the ``blindheads`` model registered, each
-    ``--model_args key=value,...`` handed to it as JSON so that commas in paths survive."""
-    import sys
-
-    from lm_eval.__main__ import cli_evaluate
-
-    argv = list(argv)
-    for index, flag in enumerate(argv[:-1]):
-        if flag in ("--model_args", "-a") and not argv[index + 1].lstrip().startswith("{"):
-            argv[index + 1] = json.dumps(model_arguments(argv[index + 1]))
-    sys.argv = ["lm_eval", *argv]
-    cli_evaluate()

@@ -1,16 +1,15 @@
-"""blindheads export: a Lightning checkpoint as a Hugging Face model directory."""
+"""A Lightning checkpoint as a Hugging Face model directory (the command: ``blindheads.cli.export``)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 from pathlib import Path
 
-from blindheads.arguments import Parser
 from blindheads.atomic import remove_debris, staging_path
-from blindheads.checkpoints import checkpoint_tokenizer, decoder_config, load_checkpoint
-from blindheads.cli.disk_full import DiskFull, no_space
+from blindheads.checkpoints.reading import load_checkpoint
+from blindheads.checkpoints.rebuild import checkpoint_tokenizer, decoder_config
+from blindheads.disk import DiskFull, no_space
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
 
 REMOTE_CODE = {
@@ -67,22 +66,3 @@ def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = Parser("blindheads export", __doc__)
-    parser.add_argument("--ckpt_path", required=True, help="a blindheads checkpoint")
-    parser.add_argument("--out", required=True, help="a new or empty directory")
-    parser.add_argument("--tokenizer", help="the tokenizer to save beside the model: a folder or Hub name (default: "
-                        "the run's own, from the checkpoint's data settings)")  # fmt: skip
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str]) -> None:
-    args = parse_args(argv)
-    out = export(args.ckpt_path, args.out, args.tokenizer)
-    print(
-        f"exported {args.ckpt_path} to {out}/\nload it with: import blindheads.export.hf, then "
-        f"AutoModelForCausalLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r}); or "
-        "pass trust_remote_code=True to both"
-    )

@@ -11,7 +11,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
-from blindheads.checkpoints import check_weights, config_from_fields
+from blindheads.checkpoints.rebuild import check_weights, config_from_fields
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.decoder import Decoder
 

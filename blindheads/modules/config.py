@@ -113,13 +113,7 @@ class DecoderConfig:
 SIZES = {
     # SmolLM-135M's shape with full multi-head attention: 147.8M parameters, tied embeddings.
     "smollm-148m": DecoderConfig(
-        hidden_size=576,
-        num_layers=30,
-        num_heads=9,
-        num_kv_heads=9,
-        mlp_size=1536,
-        context_length=2048,
-        init_std=0.0416,
+        hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=9, mlp_size=1536, context_length=2048, init_std=0.0416
     ),
     # For tests and CPU smoke runs: grouped KV heads, so that path is always exercised.
     "tiny": DecoderConfig(

@@ -15,6 +15,7 @@ from blindheads.modules.backends import Flex
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.decoder import Decoder
 from blindheads.modules.schedules import SCHEDULES, lr_multiplier
+from blindheads.running import running
 
 DEAD_STEPS = 5  # consecutive steps with all-zero gradients that stop a run
 VALID = {  # option -> (test, what the test accepts): beyond it a run trains to NaN or not at all
@@ -156,7 +157,7 @@ class DecoderLM(L.LightningModule):
             torch.nn.utils.clip_grads_with_norm_(parameters, gradient_clip_val, self._grad_norm)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        if self.global_step % self.trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]  # undeclared: Lightning sets it at run time
+        if self.global_step % running(self.trainer).log_every_n_steps == 0:
             self.check_finite()
 
     def on_train_end(self) -> None:

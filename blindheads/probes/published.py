@@ -13,13 +13,13 @@ import torch
 from torch import nn
 
 from blindheads.blindness import blind_distances
-from blindheads.checkpoints import refused_code
+from blindheads.checkpoints.reading import refused_code
 from blindheads.datamodules.hub import require_hub
 from blindheads.evaluation.contexts import forward_hooks
 from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_distance, zero_statistics
 from blindheads.modules.position import ALiBi, PositionStack
 from blindheads.numerics import THRESHOLDS, resolve_dtype, tau
-from blindheads.probes.retrieval import retrieval_grids
+from blindheads.probes.retrieval import retrieval_sweeps
 from blindheads.probes.score_paths import ScorePath, score_path
 from blindheads.probes.text import documents, token_stream
 
@@ -182,5 +182,5 @@ def probe(
     predicted = predicted_blind_distances(path, dtype)
     summary = summarize(model_name, dtype, path, results, predicted)
     if retrieval:
-        summary["retrieval"] = retrieval_grids(model, tokenizer, stream, lengths)
+        summary["retrieval"] = retrieval_sweeps(model, tokenizer, stream, lengths)
     return summary, results, predicted

@@ -9,7 +9,7 @@ from torch import nn
 
 from blindheads.evaluation.prompts import needle_samples, passkey_samples
 from blindheads.evaluation.scoring import score_samples
-from blindheads.evaluation.summary import summarize_grid
+from blindheads.evaluation.sweep import score_sweep
 
 if TYPE_CHECKING:  # for annotations only
     from transformers import PreTrainedModel
@@ -29,8 +29,8 @@ class TransformersDecoder(nn.Module):
         return self.model.base_model(tokens, use_cache=False).last_hidden_state
 
 
-def retrieval_grids(model: PreTrainedModel, tokenizer, stream: torch.Tensor, lengths: list[int]) -> dict[str, dict]:
-    """Per task, the grid summary (as a dict) over ``lengths`` x ``DEPTHS``; in domain up to the model's context."""
+def retrieval_sweeps(model: PreTrainedModel, tokenizer, stream: torch.Tensor, lengths: list[int]) -> dict[str, dict]:
+    """Per task, the sweep's scores (as a dict) over ``lengths`` x ``DEPTHS``; in domain up to the model's context."""
     config = model.config
     context = getattr(config, "max_position_embeddings", 0) or getattr(config, "max_seq_len", max(lengths))
     depths = list(DEPTHS)
@@ -40,8 +40,6 @@ def retrieval_grids(model: PreTrainedModel, tokenizer, stream: torch.Tensor, len
     }
     decoder = TransformersDecoder(model)
     return {
-        task: summarize_grid(
-            score_samples(decoder, tokenizer, samples, batch_size=1), lengths, depths, context
-        ).to_dict()
+        task: score_sweep(score_samples(decoder, tokenizer, samples, batch_size=1), lengths, depths, context).to_dict()
         for task, samples in tasks.items()
     }

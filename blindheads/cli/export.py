@@ -1,0 +1,27 @@
+"""blindheads export: a Lightning checkpoint as a Hugging Face model directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from blindheads.arguments import Parser
+from blindheads.export.directory import export
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = Parser("blindheads export", __doc__)
+    parser.add_argument("--ckpt_path", required=True, help="a blindheads checkpoint")
+    parser.add_argument("--out", required=True, help="a new or empty directory")
+    parser.add_argument("--tokenizer", help="the tokenizer to save beside the model: a folder or Hub name (default: "
+                        "the run's own, from the checkpoint's data settings)")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    out = export(args.ckpt_path, args.out, args.tokenizer)
+    print(
+        f"exported {args.ckpt_path} to {out}/\nload it with: import blindheads.export.hf, then "
+        f"AutoModelForCausalLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r}); or "
+        "pass trust_remote_code=True to both"
+    )

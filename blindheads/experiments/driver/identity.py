@@ -1,0 +1,129 @@
+"""What decides a run's result (its identity), recorded where it is made: a run directory remembers the options it was
+made with (``options.json``: the command line, the environment it set, and the digest of every config file it read,
+the callbacks' defaults included). A later invocation with other options is refused, naming the difference, instead of
+reusing runs that answer another question. The summary folder (``--out``) remembers the driver's options the same way."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import yaml
+
+from blindheads import locks
+from blindheads.experiments.driver.folders import DRIVER_LOCK
+from blindheads.experiments.driver.records import read_json, write_json
+from blindheads.locks import RUN_LOCK
+from blindheads.packaged import CALLBACK_DEFAULTS, packaged
+
+
+class RunChanged(ValueError):
+    """A run directory was made with other options than the ones asked for now, or is in use."""
+
+
+def config_texts(files: list[str]) -> dict[str, str]:
+    """Each config file's SHA-256, and that of every YAML file it names (``strategy: ../strategies/ddp.yaml``)."""
+    digests, pending = {}, [Path(f) for f in files]
+    while pending:
+        path = pending.pop()
+        if str(path) in digests or not path.is_file():
+            continue
+        text = path.read_text()
+        digests[str(path)] = _digest(text)
+        pending += [path.parent / name for name in _yaml_names(yaml.safe_load(text))]
+    return dict(sorted(digests.items()))
+
+
+def _yaml_names(node) -> list[str]:
+    if isinstance(node, dict):
+        return [n for value in node.values() for n in _yaml_names(value)]
+    if isinstance(node, list):
+        return [n for value in node for n in _yaml_names(value)]
+    return [node] if isinstance(node, str) and node.endswith((".yaml", ".yml")) else []
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def identity(options: list[str], config_files: list[str], env: dict | None = None) -> dict:
+    """What decides a run's result: its options, the environment it sets, its config files' contents, and the
+    callback settings every config builds on."""
+    configs = config_texts(config_files)
+    configs[CALLBACK_DEFAULTS] = _digest(packaged(CALLBACK_DEFAULTS).read_text())  # the key committed runs hold
+    return {"options": options, "env": env or {}, "configs": dict(sorted(configs.items()))}
+
+
+def summary_identity(args, config_files: list[str]) -> dict:
+    """What decides an experiment's summary: the driver's options but where it is written, how many run at once
+    and how long this part may take, and its config files' contents."""
+    options = []
+    for name, value in vars(args).items():
+        if name not in ("out", "parallel", "hours"):
+            options += [
+                "--" if name == "extra" else f"--{name}",
+                *map(str, value if isinstance(value, list) else [value]),
+            ]
+    return identity(options, config_files)
+
+
+def check(run_dir: Path, wanted: dict, option: str = "--runs") -> None:
+    """Refuse ``run_dir`` if it was made with other options than ``wanted`` (naming the difference), or if a live
+    run holds it (a job an earlier driver left running: its log and checkpoints are still being written)."""
+    marker = run_dir / "options.json"
+    if owner := locks.live_owner(run_dir / RUN_LOCK):
+        raise RunChanged(f"{run_dir} is in use by a live run (pid {owner}); wait for it to end or stop it")
+    if marker.exists():
+        before = read_json(marker)
+        if before != wanted:
+            raise RunChanged(f"{run_dir} was made with other options ({difference(before, wanted)}); remove it "
+                             f"to run it again with these, or pass another {option}")  # fmt: skip
+    elif run_dir.exists() and any(p.name != DRIVER_LOCK for p in run_dir.iterdir()):
+        raise RunChanged(f"{run_dir} holds files made without a record of their options; remove it or pass another "
+                         f"{option}")  # fmt: skip
+
+
+def claim(run_dir: Path, wanted: dict, option: str = "--runs") -> None:
+    """Check ``run_dir`` and record the options it is made with."""
+    check(run_dir, wanted, option)
+    if not (run_dir / "options.json").exists():
+        write_json(run_dir / "options.json", wanted)
+
+
+def claim_all(wanted: dict[Path, dict], out: Path, summary: dict) -> None:
+    """Check the summary folder and every run directory, then claim each: a refusal (one line, naming the
+    difference) leaves nothing claimed or started."""
+    check(out, summary, "--out")
+    for run_dir, options in wanted.items():
+        check(run_dir, options)
+    claim(out, summary, "--out")
+    for run_dir, options in wanted.items():
+        claim(run_dir, options)
+
+
+def _pairs(options: list[str]) -> list[str]:
+    """``["--a", "1", "--b"]`` -> ``["--a 1", "--b"]``: each option with its value, to name what changed."""
+    pairs: list[str] = []
+    for token in options:
+        if pairs and not token.startswith("--") and " " not in pairs[-1]:
+            pairs[-1] += f" {token}"
+        else:
+            pairs.append(token)
+    return pairs
+
+
+def difference(before: dict, now: dict) -> str:
+    parts = []
+    then_options, now_options = _pairs(before["options"]), _pairs(now["options"])
+    removed = [o for o in then_options if o not in now_options]
+    added = [o for o in now_options if o not in then_options]
+    if removed or added:
+        parts.append(f"then {', '.join(removed) or 'nothing else'}; now {', '.join(added) or 'nothing else'}")
+    if before["env"] != now["env"]:
+        parts.append(f"environment then {before['env']}, now {now['env']}")
+    changed = sorted(
+        k for k in {*before["configs"], *now["configs"]} if before["configs"].get(k) != now["configs"].get(k)
+    )
+    if changed:
+        parts.append(f"config files changed since: {', '.join(changed)}")
+    return "; ".join(parts) or "they differ"
