@@ -63,7 +63,10 @@ def test_each_finding_follows_its_rule(tmp_path):
     assert found[3].verdict == "not beaten: no other slope scheme (steep) is higher at any point"
     assert found[3].evidence == "steep lower than alibi at 0.5x, 4x"
     assert found[4].verdict.startswith("beyond the window, capping the bias restores ALiBi's recall at 4x while ")
-    assert found[4].verdict.endswith("what the bias costs there is its values never met in training, not blindness")
+    assert found[4].verdict.endswith(
+        "restores none: the loss there is not the zeros'; the cap changes every head's "
+        "far bias, blind or not, so which of its changes restores recall is not separated"
+    )
     assert "alibi capped - alibi at 4x: +0.70 [" in found[4].evidence
     assert "alibi zero-free - alibi at 4x: +0.00 [" in found[4].evidence
     assert found[5].verdict == "not tested: no held-out loss was measured"
@@ -80,6 +83,13 @@ def test_blind_carriers_whose_recall_the_zero_free_rescore_does_not_raise_decide
     assert "zero-free at 4x" in shown[1].verdict and shown[4].verdict.endswith("without its zeros at 4x")
     masked = findings(tmp_path, records(blind_by=256.0, masked=True))  # zeros float64 keeps too: no underflow
     assert masked[1].verdict == "not testable here: blindness occurs only in setups that never recall (steep)"
+    assert masked[1].evidence.startswith("alibi: float64 keeps exact zeros at 4x (no zero-free test there)")
+
+
+def test_a_pilot_of_one_seed_gives_its_rows_as_evidence_and_no_verdict(tmp_path):
+    found = findings(tmp_path, records(seeds=1, blind_by=256.0))
+    assert {f.verdict for f in found.values()} == {"no verdict: one seed"}
+    assert "alibi capped - alibi at 4x: +0.70 [one seed], 1/0/0 seeds" in found[4].evidence
 
 
 def test_blindness_inside_the_window_counts_and_a_trained_zero_free_arm_decides(tmp_path):

@@ -84,7 +84,9 @@ def test_unknown_setups_are_refused_with_the_choices_from_any_folder(tmp_path, m
     """Started from another folder, the drivers find the repository's configs (they once listed no valid setup)."""
     monkeypatch.chdir(tmp_path)
     line = refusal(["grid", "--setups", "alibi", "bogus"])
-    assert line.startswith("blindheads grid: error: unknown setups ['bogus']; valid: alibi, alibi_learnable, clamp")
+    assert line.startswith(
+        "blindheads grid: error: unknown setups ['bogus']; valid: alibi, alibi_learnable, alibi_zero_free, clamp"
+    )
     args = grid.parse_args(["--setups", "sliding_window"])
     assert args.config == [str(REPO / "configs/experiments/laptop.yaml")]
     assert setup_files("sliding_window", args.config) == [
@@ -97,7 +99,7 @@ def test_every_setup_is_one_config_file_and_the_laptop_overlay_adapts_it(cache_d
     """The grid knows a setup only by its file in configs/position/; each builds the model its spec says, and
     laptop.yaml's overlay makes the sliding window 128 tokens."""
     laptop = ["configs/experiments/laptop.yaml"]
-    assert set(grid.PAPER_SETUPS) <= set(setup_names()) and len(setup_names()) == 22
+    assert set(grid.PAPER_SETUPS) <= set(setup_names()) and len(setup_names()) == 23
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
         for name, spec in position_setups().items():
@@ -191,7 +193,8 @@ def test_recall_by_distance_becomes_a_tidy_table_a_markdown_grid_and_a_figure(tm
     table = pd.read_csv(tmp_path / "recall_by_distance.csv")
     assert list(table.columns) == ["setup", "seed", "factor", "distance", "window", "exact", "blind_share",
                                    "unreachable_share", "failed_blind", "failed_reachable", "baseline",
-                                   "constant_answer", "length", "exact_capped", "carriers_blind",
+                                   "constant_answer", "length", "exact_capped", "exact_zero_free",
+                                   "exact_floored", "zeros", "zeros_zero_free", "carriers_blind",
                                    "carriers_near_blind", "carriers_reachable"]  # fmt: skip
     assert len(table) == 6 and set(table["window"]) == {64} and set(table["distance"]) == {32, 512}
     robust_far = table[(table["setup"] == "robust") & (table["factor"] == 8)].iloc[0]

@@ -48,7 +48,8 @@ def test_every_gpu_config_composes_with_the_rehearsal(extra, cache_dir, monkeypa
     args = ["--config", str(PAPER), "--config", str(extra), "--config", str(REHEARSAL)]
     cli = build_cli([*args, "--data.cache_dir", str(cache_dir), "--trainer.logger", "false"], run=False)
     assert cli.trainer.num_devices == 2 and type(cli.trainer.strategy).__name__ == "DDPStrategy"
-    assert cli.model.config.num_heads == 9 and cli.model.config.dtype == "bfloat16"
+    own = yaml.safe_load(extra.read_text()).get("model", {}).get("decoder", {})
+    assert cli.model.config.num_heads == 9 and cli.model.config.dtype == own.get("dtype", "bfloat16")
     if extra.parent.name == "position":
         assert cli.model.config.position == yaml.safe_load(extra.read_text())["model"]["decoder"]["position"]
 

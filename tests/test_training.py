@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from training_runs import REPO, TESTS, copy_run, refusal, run_cli, scalars, tiny_run_args
 
 from blindheads.checkpoints.reading import read_checkpoint
@@ -38,6 +39,13 @@ def test_lr_schedules():
         lr_multiplier(50, 100, "linear", 10)
 
 
+def own_precision(config: str) -> list[str]:
+    """A position setup that computes in its own dtype (float64) keeps its precision over cpu.yaml's."""
+    own = yaml.safe_load((REPO / config).read_text()) or {}
+    precision = own.get("trainer", {}).get("precision") if "position" in config else None
+    return [f"--trainer.precision={precision}"] if precision else []
+
+
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_parses_and_builds_its_model(config, cache_dir, tmp_path):
     """Each config composed the way the README does, then shrunk to the tiny size and the offline data."""
@@ -48,6 +56,7 @@ def test_every_config_parses_and_builds_its_model(config, cache_dir, tmp_path):
         "--model.decoder.attention=sdpa", "--model.compile=false", "--trainer.strategy=auto",
         f"--trainer.logger.init_args.save_dir={tmp_path}",
         *(["--model.decoder.dtype=float32"] if config == "configs/experiments/paper.yaml" else []),  # cpu.yaml
+        *own_precision(config),
     ]  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)

@@ -118,8 +118,9 @@ def carrier_classes(weights: Tensor, carriers: Tensor, floor: float = NEAR_BLIND
 
 def in_float64(decoder):
     """The decoder's float64 copy, in evaluation mode: every computation in float64, where no attention weight
-    underflows until its bias passes ~708 nats (float32: ~87), forward or backward. Score it outside autocast. Made
-    outside inference mode (``test`` runs in it), whose tensors the backends' caches could not version."""
+    underflows until its bias passes ~708 nats (float64's smallest normal; ~745 with subnormals kept; float32: ~87),
+    forward or backward. Score it outside autocast. Made outside inference mode (``test`` runs in it), whose tensors
+    the backends' caches could not version."""
     with torch.inference_mode(False):
         wide = copy.deepcopy(decoder).double().eval()
     for block in wide.blocks:  # the eager softmax's own dtype is a setting, not a tensor: .double() leaves it

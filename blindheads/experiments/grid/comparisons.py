@@ -144,7 +144,9 @@ def t_quantile(p: float, df: int) -> float:
 
 def t_test_p(differences: np.ndarray) -> float:
     """Two-sided p of the paired t-test that the per-seed ``differences`` average 0: 1 where all are 0, 0 where all
-    are equal and not 0 (no spread to weigh them against), NaN for one seed."""
+    are equal and not 0 (the t-test's own limit as the spread goes to 0: every seed moved by the same amount), NaN
+    for one seed. A verdict also needs the resampled interval and most seeds, so a tie broken by one episode in
+    every seed is weighed by those too."""
     n = len(differences)
     if n < 2:
         return math.nan

@@ -45,12 +45,11 @@ from blindheads.evaluation.tags import distance_point
 from blindheads.experiments.grid.comparisons import BASELINE, CAPPED, FLOORED, REFERENCE, REGIME, ZERO_FREE
 from blindheads.experiments.grid.losses import MINOR, minor
 
-BLIND = 0.5  # share of a point's episodes whose carriers all give the fact exactly 0, for the point to count blind
 SLOPE_SCHEMES = ("steep", "safe", "wide", "robust")
 LOG_DISTANCES = ("log_distance", "clamp_log_distance", "wide_clamp_log_distance")  # log_distance: the change alone
 COMPONENTS = ("wide", "clamp")  # the combinations' other parts, alone: their rows stand beside the combinations'
 TRAINED_ZERO_FREE = "alibi_zero_free"  # the setup trained without exact zeros (configs/position/)
-SMALL_WEIGHTS = "clamp"  # trained with a floor on the bias: small weights, never 0 (where the floor acts)
+SMALL_WEIGHTS = "clamp"  # trained with a floor on the bias: no weight below the floor's (where the floor acts)
 CONTROL = "nope"  # no position bias: never blind
 
 
@@ -80,13 +79,16 @@ class Rows:
         return f"{a} - {b} at {point.removeprefix('distance')}: {row['mean_diff']:+.2f} {interval}, {counts} seeds"
 
     def cite_all(self, a: str, b: str, points: list[str]) -> str:
-        """One pair at several points, in one clause: each point's mean and the widest interval and the seeds'
-        wins/ties/losses summed (``alibi zero-free - alibi at 4x, 8x: +0.00, +0.00 [-0.03, +0.03], 0/16/0``)."""
+        """One pair at several points, in one clause: each point's mean, the span of their intervals (not an
+        interval itself) and the seeds' wins/ties/losses summed (``alibi zero-free - alibi at 4x, 8x: +0.00, +0.00,
+        intervals within [-0.03, +0.03], 0/16/0 seed-points``); one point is ``cite``'s clause."""
+        if len(points) == 1:
+            return self.cite(a, b, points[0])
         rows = self.table.loc[[(a, b, p) for p in points]]
         means = ", ".join(f"{m:+.2f}" for m in rows["mean_diff"])
         counts = "/".join(str(int(rows[c].sum())) for c in ("wins", "ties", "losses"))
-        return (f"{a} - {b} at {named(points)}: {means} [{rows['ci_low'].min():+.2f}, {rows['ci_high'].max():+.2f}], "
-                f"{counts} seed-points")  # fmt: skip
+        return (f"{a} - {b} at {named(points)}: {means}, intervals within [{rows['ci_low'].min():+.2f}, "
+                f"{rows['ci_high'].max():+.2f}], {counts} seed-points")  # fmt: skip
 
     def points_where(self, a: str, b: str, verdict: str, points: list[str]) -> list[str]:
         return [p for p in points if self.verdict(a, b, p) == verdict]
@@ -114,20 +116,24 @@ def judge(
     ``losses``: ``losses.compare_losses``'s."""
     rows, beyond = Rows(comparisons, verdicts), beyond_window(distances)
     setups = list(dict.fromkeys(distances["setup"]))
-    return [
+    found = [
         _blindness(rows, beyond, distances, heads),
         _log_distances(rows, beyond, setups),
         _strong_baseline(rows, setups),
         _separable(rows, beyond),
         _benchmarks(losses),
     ]
+    if comparisons.empty or comparisons["seeds"].max() < 2:  # a pilot: its rows are evidence, never a verdict
+        return [Finding(f.number, f.claim, "no verdict: one seed", f.evidence) for f in found]
+    return found
 
 
 def blind_points(rows: Rows, distances: pd.DataFrame, heads: pd.DataFrame) -> tuple[dict[str, list[str]], list[str]]:
     """Per setup that recalls above the best constant answer in the window, its blind points (nearest first), and
     the evidence lines naming each carrier blind in most of its seeds. A point counts only where the zeros are
-    underflow: where the float64 re-score leaves fewer of the fact's weights exactly 0 than the training precision
-    (a sliding window's masked keys are 0 in any dtype), or, not re-scored, where some are 0."""
+    underflow that float64 removes: some of the fact's weights exactly 0 in the training precision and none in the
+    float64 re-score (a sliding window's masked keys are 0 in any dtype; where float64 keeps zeros too, the re-score
+    is no zero-free test, and the point is named as such), or, not re-scored, where some are 0."""
     factors = sorted(distances["factor"].unique())
     window = distances["window"].iloc[0]
     inside = [f for f in factors if distance_point(f) not in beyond_window(distances)]
@@ -140,8 +146,12 @@ def blind_points(rows: Rows, distances: pd.DataFrame, heads: pd.DataFrame) -> tu
         own, mine = carriers[carriers["setup"] == setup], distances[distances["setup"] == setup]
         zeros = mine.groupby("factor")[["zeros", "zeros_zero_free"]].mean() if "zeros" in mine else None
         underflow = [f for f in factors if zeros is None or f not in zeros.index or (
-            zeros.loc[f, "zeros"] > zeros.loc[f, "zeros_zero_free"] if pd.notna(zeros.loc[f, "zeros_zero_free"])
-            else zeros.loc[f, "zeros"] > 0)]  # fmt: skip
+            zeros.loc[f, "zeros"] > 0 and zeros.loc[f, "zeros_zero_free"] == 0
+            if pd.notna(zeros.loc[f, "zeros_zero_free"]) else zeros.loc[f, "zeros"] > 0)]  # fmt: skip
+        kept = [f for f in factors if zeros is not None and f in zeros.index and zeros.loc[f, "zeros_zero_free"] > 0]
+        if kept:
+            evidence.append(f"{setup}: float64 keeps exact zeros at {named([distance_point(f) for f in kept])} "
+                            "(no zero-free test there)")  # fmt: skip
         for (layer, head), frame in own.groupby(["layer", "head"]):
             blind = frame["blind_by"].dropna()
             if not len(blind):
@@ -183,8 +193,9 @@ def _blindness(rows: Rows, beyond: list[str], distances: pd.DataFrame, heads: pd
     if not blind:
         if never:
             return Finding(1, claim, f"not testable here: blindness occurs only in setups that never recall "
-                                     f"({', '.join(never)})", untested)  # fmt: skip
-        return Finding(1, claim, "not tested: no head that carries recall goes exactly blind", untested)
+                                     f"({', '.join(never)})", "; ".join([*evidence, untested]))  # fmt: skip
+        return Finding(1, claim, "not tested: no head that carries recall goes exactly blind",
+                       "; ".join([*evidence, untested]))  # fmt: skip
     deciding = trained or rescored
     if not deciding:
         return Finding(1, claim, "not tested: no zero-free arm", "; ".join([*evidence, *cited, untested]))
@@ -198,8 +209,8 @@ def _blindness(rows: Rows, beyond: list[str], distances: pd.DataFrame, heads: pd
         verdict = (f"not shown: {how}, recall is no higher at any of the {len(deciding)} points where carriers are "
                    "exactly blind")  # fmt: skip
         if not trained:
-            verdict += " (at evaluation alone, where 0 and 1e-50 weigh the same; whether the zeros stop learning "
-            verdict += "needs the trained arm)"
+            verdict += (" (at evaluation alone, the expected answer: a weight of 1e-50 adds no more to a sum than 0 "
+                        "does; whether the zeros stop learning needs the trained arm)")  # fmt: skip
     return Finding(1, claim, verdict, "; ".join([*evidence, *cited, untested]))
 
 
@@ -276,8 +287,9 @@ def _separable(rows: Rows, beyond: list[str]) -> Finding:
                   if any(rows.verdict(REFERENCE + suffix, REFERENCE, p) for p in capped)]  # fmt: skip
         if restored and tested and not zeros and not small:
             parts.append(f"beyond the window, capping the bias restores ALiBi's recall at {named(restored)} while "
-                         f"removing only its exact zeros or only its smallest weights ({', '.join(tested)}) restores "
-                         "none: what the bias costs there is its values never met in training, not blindness")  # fmt: skip
+                         f"removing only its exact zeros or raising only its weights below a floor ({', '.join(tested)})"
+                         " restores none: the loss there is not the zeros'; the cap changes every head's far bias, "
+                         "blind or not, so which of its changes restores recall is not separated")  # fmt: skip
         elif restored:
             parts.append(f"beyond the window, capping the bias restores ALiBi's recall at {named(restored)}"
                          + (f"; without its zeros at {named(zeros)}" if zeros else "")
