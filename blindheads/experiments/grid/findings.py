@@ -308,9 +308,13 @@ def _benchmarks(losses: pd.DataFrame | None) -> Finding:
     at = losses[losses["point"] == "1x"]
     if at.empty:
         return Finding(5, claim, "not tested: no held-out loss at the training length", "")
+
+    def interval(row) -> str:
+        return f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]" if pd.notna(row["ci_low"]) else "[one seed]"
+
     cite = {row["setup_a"]: f"{row['setup_a']} - {row['setup_b']} at 1x: {row['mean_diff']:+.3f} nats "
-                            f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], {row['wins']}/{row['ties']}/"
-                            f"{row['losses']} seeds" for _, row in at.iterrows()}  # fmt: skip
+                            f"{interval(row)}, {row['wins']}/{row['ties']}/{row['losses']} seeds"
+            for _, row in at.iterrows()}  # fmt: skip
     higher = [r["setup_a"] for _, r in at.iterrows() if r["ci_low"] > MINOR]
     lower = [r["setup_a"] for _, r in at.iterrows() if r["ci_high"] < -MINOR]
     wide = [r["setup_a"] for _, r in at.iterrows() if not minor(r) and r["setup_a"] not in higher + lower]
