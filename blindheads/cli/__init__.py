@@ -73,14 +73,14 @@ def help_text() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["-h"], ["--help"]):
-        print(help_text())
-        return
-    if not argv or argv[0] not in COMMANDS:
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
         given = f"unknown command {argv[0]!r}; " if argv else ""
         sys.exit(f"{given}{USAGE}")
     try:
-        COMMANDS[argv[0]].function()(argv[1:])
+        if argv[0] in ("-h", "--help"):
+            print(help_text())
+        else:
+            COMMANDS[argv[0]].function()(argv[1:])
         sys.stdout.flush()  # a reader gone away is found here, not in Python's clean-up at exit
     except BrokenPipeError:  # the reader went away (``| head``): nothing more to say, and nothing to flush to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
