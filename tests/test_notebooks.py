@@ -167,7 +167,32 @@ def test_the_reports_recall_table_shows_the_best_constant_answer_beside_recall()
     old = run_report({f"test/recall/distance1x/{part}": value for part, value in point.items()})
     assert not any(line.lstrip().startswith("best constant") for line in old), "a record without it: no row"
     lines = run_report({f"test/recall/distance1x/{part}": value for part, value in {**point, "baseline": 0.25}.items()})
-    assert "  best constant         0.25" in lines and "  episode length          80" in lines, lines
+    assert "  best constant          0.25" in lines and "  episode length           80" in lines, lines
+
+
+def test_the_report_names_the_heads_that_carry_recall_where_they_go_blind_and_what_removing_zeros_changes():
+    """Two carriers (cost >= CARRIES), one blind from 256 tokens; the zero-free re-score at 4x and 8x, where float64
+    leaves no zero, is +0.00 and +0.02: the line cites the larger, and the report ends with the next command."""
+    from blindheads.evaluation.report import NEXT, run_report
+
+    metrics = {
+        "test/recall/heads/layer0/head0/ablation_cost": 0.4,
+        "test/recall/heads/layer0/head0/blind_by": 256.0,
+        "test/recall/heads/layer0/head0/exact_at_blind_by": 0.5,
+        "test/recall/heads/layer1/head3/ablation_cost": 0.1,
+        "test/recall/heads/layer1/head2/ablation_cost": 0.01,
+    }
+    for factor, exact, zero_free in ((1, 0.9, 0.9), (4, 0.5, 0.5), (8, 0.3, 0.32)):
+        point = f"test/recall/distance{factor}x"
+        metrics.update({f"{point}/distance": 64.0 * factor, f"{point}/exact": exact, f"{point}/zeros": 0.25,
+                        f"{point}/exact_zero_free": zero_free, f"{point}/zeros_zero_free": 0.0})  # fmt: skip
+    lines = run_report(metrics)
+    carriers = lines[lines.index(next(line for line in lines if line.startswith("heads that carry"))) :]
+    assert carriers[1:3] == ["  l0h0: cost 0.40, exactly blind from 256 tokens (recall there 0.50)",
+                             "  l1h3: cost 0.10, not exactly blind at any distance measured"]  # fmt: skip
+    assert carriers[3].startswith("  where a carrier is blind (4x, 8x), removing the exact zeros (float64) changes "
+                                  "recall by at most +0.02 (8x)")  # fmt: skip
+    assert lines[-1].endswith(NEXT) and "  no exact zeros         0.90    0.50    0.32" in lines, lines
 
 
 def test_notebook_paths_are_the_repositorys_wherever_jupyter_starts(tmp_path, monkeypatch):
