@@ -3,6 +3,7 @@ carriage returns), and the bar Lightning shows by default counting steps rather 
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import lightning as L
@@ -12,16 +13,30 @@ from blindheads.evaluation.tags import loss_tag
 
 
 class ProgressLines(L.Callback):
-    """Every ``every_n_steps`` optimizer steps, on rank 0: ``step 100/300  loss 4.512  1.2 s/step  eta 4 min``."""
+    """Every ``every_n_steps`` optimizer steps, on rank 0: ``step 100/300  loss 4.512  1.20 s/step  eta 4.0 min``,
+    and ``+ 31 s evaluating`` where the periodic evaluations took time since the last line. A step's time is the
+    median of the steps since the last line, so an evaluation (a few long steps) moves neither it nor the ETA."""
 
     def __init__(self, every_n_steps: int = 50) -> None:
         if every_n_steps < 1:
             raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
-        self._since: tuple[int, float] | None = None
+        self._since: tuple[int, float] | None = None  # the last line's step and time
+        self._last: tuple[int, float] | None = None  # the last step seen starting, and when
+        self._steps: list[float] = []  # seconds of each step since the last line
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self._since = (trainer.global_step, time.monotonic())
+        self._since = self._last = (trainer.global_step, time.monotonic())
+        self._steps = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._tick(trainer.global_step)
+
+    def _tick(self, step: int) -> None:
+        now = time.monotonic()
+        if self._last is not None and step > self._last[0]:  # accumulated batches: one step, many batches
+            self._steps += [(now - self._last[1]) / (step - self._last[0])] * (step - self._last[0])
+            self._last = (step, now)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -30,8 +45,11 @@ class ProgressLines(L.Callback):
         assert self._since is not None  # set in on_train_start
         if step == self._since[0]:
             return
-        seconds = (time.monotonic() - self._since[1]) / (step - self._since[0])
-        self._since = (step, time.monotonic())
+        self._tick(step)  # this step's time up to here: its optimizer step done, any evaluation after it not yet
+        elapsed = time.monotonic() - self._since[1]
+        seconds = statistics.median(self._steps) if self._steps else elapsed / (step - self._since[0])
+        evaluating = elapsed - seconds * (step - self._since[0])
+        self._since, self._steps = (step, time.monotonic()), []
         loss = trainer.callback_metrics.get(loss_tag("train/"))
         total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         parts = [f"step {step}/{total}" if total else f"step {step}"]
@@ -40,6 +58,8 @@ class ProgressLines(L.Callback):
         parts.append(f"{seconds:.2f} s/step")
         if total:
             parts.append(f"eta {(total - step) * seconds / 60:.1f} min")
+        if evaluating >= max(1.0, 0.1 * elapsed):  # not the steps' own spread
+            parts.append(f"+ {evaluating:.0f} s evaluating")
         print("  ".join(parts), flush=True)
 
 
