@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -157,6 +158,7 @@ def main(argv: list[str]) -> BlindheadsCLI:
     watch_launcher()
     # Lightning 2.6 warns about its own use of torch's pytree API on every fit: noise, not the user's concern
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(no_tips)  # its advertisement on every fit
     safety = RunSafety()
     try:  # From the console script the arguments are sys.argv's; LightningCLI warns when given both.
         with stopping_at_once():
@@ -165,6 +167,11 @@ def main(argv: list[str]) -> BlindheadsCLI:
         exit_after(safety.interrupts.stopped or stop)
     except ArgumentError as error:
         sys.exit(short_error(argv[0] if argv else "", error))
+
+
+def no_tips(record: logging.LogRecord) -> bool:
+    """Lightning's "Tip:" lines (an advertisement for its cloud logger) kept out of the run's output."""
+    return "Tip:" not in str(record.msg)
 
 
 def short_error(subcommand: str, error: Exception, most_lines: int = 8) -> str:
