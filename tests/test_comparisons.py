@@ -196,6 +196,9 @@ def test_passkey_and_needle_are_compared_with_alibi_seed_by_seed_beside_the_pape
         in (tmp_path / "retrieval.md").read_text()
     )
     assert write_retrieval(tmp_path, runs.drop(columns=["needle_auc_out"])) is None
+    alone = write_retrieval(tmp_path, runs[runs["setup"] == "alibi"])  # a grid of ALiBi alone: its means, no verdicts
+    assert list(alone["mean"]) == pytest.approx([0.85, 0.425, 0.85, 0.1]) and alone["verdict"].isna().all()
+    assert "| alibi | passkey_auc_out | 3 | 0.43 | 0.08 |  |  |  |  |" in (tmp_path / "retrieval.md").read_text()
 
 
 def test_t_test_p_matches_the_printed_table_and_holm_matches_a_hand_adjustment():

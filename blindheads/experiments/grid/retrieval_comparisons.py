@@ -49,7 +49,11 @@ def paired(runs: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
                 difference = (both[metric] - both[f"{metric}_ref"]).to_numpy()
                 row.update(_difference(difference))
             rows.append(row)
-    return _verdicts(pd.DataFrame(rows))
+    return _verdicts(pd.DataFrame(rows).reindex(columns=COLUMNS))  # a grid of ALiBi alone: its difference columns NaN
+
+
+COLUMNS = ["setup", "metric", "seeds", "mean", "paper", "paired_seeds", f"minus_{REFERENCE}", "low", "high", "wins",
+           "losses", "p", "p_t"]  # fmt: skip
 
 
 def _difference(difference: np.ndarray) -> dict:
