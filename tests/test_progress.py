@@ -30,3 +30,32 @@ def test_an_evaluation_moves_neither_the_step_time_nor_the_eta_and_is_named(monk
 def test_every_n_steps_below_one_is_refused():
     with pytest.raises(ValueError, match="every_n_steps must be >= 1, got 0"):
         ProgressLines(every_n_steps=0)
+
+
+def test_lightnings_noise_is_kept_out_but_its_other_warnings_are_not(tmp_path, monkeypatch):
+    """A fit on a machine with SLURM installed (a fake ``srun`` on the PATH) prints no srun hint and no tip."""
+    import logging
+    import warnings
+
+    from lightning.fabric.plugins.environments.slurm import SLURMEnvironment
+
+    from blindheads.cli.lightning import quiet_lightning
+
+    (tmp_path / "srun").write_text("#!/bin/sh\n")
+    (tmp_path / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    with warnings.catch_warnings(record=True) as before:
+        warnings.simplefilter("always")
+        SLURMEnvironment.detect()  # Lightning's check, as a Trainer runs it
+    assert any("srun" in str(w.message) for w in before), "the fake srun must trigger Lightning's hint"
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    with warnings.catch_warnings(record=True) as after:
+        warnings.simplefilter("always")
+        quiet_lightning()
+        SLURMEnvironment.detect()
+        warnings.warn("a warning of the user's own", UserWarning, stacklevel=1)
+    tip = logging.LogRecord(logger.name, logging.INFO, "", 0, "💡 Tip: For seamless cloud logging ...", None, None)
+    kept = logger.filter(tip)
+    logger.filters.clear()
+    assert [str(w.message) for w in after] == ["a warning of the user's own"] and not kept

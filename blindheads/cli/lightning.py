@@ -156,9 +156,7 @@ def test(argv: list[str]) -> None:
 
 def main(argv: list[str]) -> BlindheadsCLI:
     watch_launcher()
-    # Lightning 2.6 warns about its own use of torch's pytree API on every fit: noise, not the user's concern
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(no_tips)  # its advertisement on every fit
+    quiet_lightning()
     safety = RunSafety()
     try:  # From the console script the arguments are sys.argv's; LightningCLI warns when given both.
         with stopping_at_once():
@@ -167,6 +165,15 @@ def main(argv: list[str]) -> BlindheadsCLI:
         exit_after(safety.interrupts.stopped or stop)
     except ArgumentError as error:
         sys.exit(short_error(argv[0] if argv else "", error))
+
+
+def quiet_lightning() -> None:
+    """Lightning's lines that are noise on every run, kept out of its output."""
+    # Lightning 2.6 warns about its own use of torch's pytree API on every fit: not the user's concern
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(no_tips)  # its advertisement on every fit
+    # a local fit on a machine with SLURM installed (a login node, a laptop rehearsing with slurm/): not a mistake
+    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 
 def no_tips(record: logging.LogRecord) -> bool:
