@@ -127,3 +127,21 @@ def test_a_second_fit_from_scratch_into_a_run_folder_is_refused_naming_the_diffe
     assert (
         yaml.safe_load((run.parent / "wide/config.yaml").read_text())["model"]["decoder"]["position"] == "alibi(wide)"
     )
+
+
+@pytest.mark.parametrize(
+    ("subcommand", "doing"), [("fit", "resuming from"), ("test", "testing"), ("validate", "validating")]
+)
+def test_last_names_the_checkpoint_it_found_as_what_the_command_does_with_it(tmp_path, monkeypatch, capsys, subcommand,
+                                                                             doing):  # fmt: skip
+    from jsonargparse import Namespace
+
+    from blindheads.runs import resume
+
+    ckpt = tmp_path / "alibi" / "run" / "checkpoints" / "last.ckpt"
+    monkeypatch.setattr(resume, "newest_intact", lambda folder: ckpt if folder == ckpt.parent else None)
+    logger = Namespace(class_path="TensorBoardLogger", init_args=Namespace(save_dir=str(tmp_path), name="alibi",
+                                                                           version="run"))  # fmt: skip
+    config = Namespace(trainer=Namespace(logger=logger), ckpt_path="last")
+    resume.resolve_last(config, subcommand)
+    assert config.ckpt_path == str(ckpt) and capsys.readouterr().err == f"{doing} {ckpt}\n"

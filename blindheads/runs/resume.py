@@ -29,7 +29,7 @@ def from_checkpoint(parser, root: Namespace, typed: list[str]) -> Namespace:
     subcommand = root.subcommand
     config = root[subcommand]
     if config.get("ckpt_path") == "last":
-        resolve_last(config)
+        resolve_last(config, subcommand)
     ckpt_path = config.get("ckpt_path")
     if ckpt_path is None:
         return root
@@ -90,7 +90,7 @@ def name_replaced_options(replaced: list, typed: list[str]) -> None:
         log.warning(f"model option replaced by the checkpoint's: {describe(difference)}")
 
 
-def resolve_last(config) -> None:
+def resolve_last(config, subcommand: str = "fit") -> None:
     """``--ckpt_path last`` means the run's newest intact checkpoint (``last.ckpt`` unless a save after it failed
     part-way, as on a full disk): in the logger's version directory when one is set, else in the newest
     ``version_N`` that has one, which the resumed run then keeps logging to."""
@@ -114,4 +114,5 @@ def resolve_last(config) -> None:
         )
     args.version = found[0].name
     config.ckpt_path = str(found[1])
-    print(f"resuming from {config.ckpt_path}", file=sys.stderr)
+    doing = {"fit": "resuming from", "test": "testing", "validate": "validating"}.get(subcommand, f"{subcommand}:")
+    print(f"{doing} {config.ckpt_path}", file=sys.stderr)  # which checkpoint ``last`` found
