@@ -59,3 +59,22 @@ def test_lightnings_noise_is_kept_out_but_its_other_warnings_are_not(tmp_path, m
     kept = logger.filter(tip)
     logger.filters.clear()
     assert [str(w.message) for w in after] == ["a warning of the user's own"] and not kept
+
+
+@pytest.mark.parametrize(("command", "prefix"), [("test", "test/"), ("validate", "val/")])
+def test_an_evaluation_after_test_or_validate_is_named_with_its_time(monkeypatch, capsys, command, prefix):
+    from blindheads.callbacks import periodic
+    from blindheads.callbacks.periodic import PeriodicEvaluation
+
+    clock = [0.0]
+    monkeypatch.setattr(periodic.time, "monotonic", lambda: clock[0])
+
+    class Slow(PeriodicEvaluation):
+        def evaluate(self, trainer, pl_module, prefix=""):
+            assert capsys.readouterr().out == f"{command}: Slow ...", "named before it runs"
+            self.prefix = prefix
+            clock[0] += 95.0
+
+    slow, trainer = Slow(), SimpleNamespace(is_global_zero=True, state=SimpleNamespace(fn=command))
+    (slow.on_test_epoch_end if command == "test" else slow.on_validation_epoch_end)(trainer, None)
+    assert slow.prefix == prefix and capsys.readouterr().out == " 95 s\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import lightning as L
@@ -42,10 +43,20 @@ class PeriodicEvaluation(L.Callback):
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if trainer.state.fn == "validate":
-            self.evaluate(trainer, pl_module, prefix="val/")
+            self._named(trainer, pl_module, "validate")
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
-        self.evaluate(trainer, pl_module, prefix="test/")
+        self._named(trainer, pl_module, "test")
+
+    def _named(self, trainer: L.Trainer, pl_module: DecoderLM, command: str) -> None:
+        """``evaluate`` after ``validate``/``test``, with a line naming it and, once done, its time: an evaluation can
+        take minutes, and nothing else is printed meanwhile. (During fit the progress lines name evaluation time.)"""
+        start = time.monotonic()
+        if trainer.is_global_zero:
+            print(f"{command}: {type(self).__name__} ...", end="", flush=True)
+        self.evaluate(trainer, pl_module, prefix={"validate": "val/", "test": "test/"}[command])
+        if trainer.is_global_zero:
+            print(f" {time.monotonic() - start:.0f} s", flush=True)
 
 
 def training_length(trainer: L.Trainer, pl_module: DecoderLM) -> int:
