@@ -80,13 +80,27 @@ def test_episodes_are_classed_by_the_carriers_weights_alone():
 
 
 @pytest.mark.parametrize("position", ["nope", "alibi"])
-def test_episode_recall_reports_each_heads_ablation_cost_and_the_capped_recall_beyond_the_window(cache_dir, position):
+def test_episode_recall_reports_each_heads_ablation_cost_and_the_capped_recall_beyond_the_window(
+    cache_dir, position, monkeypatch
+):
+    from blindheads.callbacks import episode_recall
+
     recall = EpisodeRecall(every_n_steps=None, gaps=[], distances=[0.5, 2], samples=4, batch_size=4, attribution=True)
     data = builtin_data(cache_dir, 64, 2, 2, retrieval_mix=RetrievalMix(facts=1, value_digits=(1, 1), max_gap=16))
     model = tiny_lm({"warmup_steps": 1}, dtype="float32", context_length=64, position=position)
     trainer = cpu_trainer(max_steps=1, callbacks=[recall])
     trainer.fit(model, datamodule=data)
+    figures = {}
+    monkeypatch.setattr(episode_recall, "log_figures", lambda trainer, module, built: figures.update(built))
     scalars = recall.evaluate(trainer, model)
+    axis = figures["recall/by_distance"](0).axes[0]
+    lines = {line.get_label(): line for line in axis.get_lines()}
+    # recall against distance as TensorBoard's image: each measure the points have, the window marked
+    assert list(lines["exact recall"].get_xdata()) == [32, 128]
+    assert list(lines["exact recall"].get_ydata()) == [scalars[f"recall/distance{f}x/exact"] for f in (0.5, 2)]
+    assert ("bias capped" in lines) == (position == "alibi") and "no exact zeros (float64)" not in lines
+    assert list(lines["bias capped" if position == "alibi" else "exact recall"].get_xdata())[-1] == 128
+    assert any(list(line.get_xdata()) == [64, 64] for line in axis.get_lines()), "the window marked"
     costs = [v for k, v in scalars.items() if k.startswith("recall/heads/") and k.endswith("/ablation_cost")]
     assert len(costs) == 2 * 4 and all(-1 <= c <= 1 for c in costs)
     assert scalars["recall/heads/ablation_distance"] == 32

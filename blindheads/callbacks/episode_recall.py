@@ -14,7 +14,7 @@ import lightning as L
 import torch
 
 from blindheads.callbacks.charts import chart
-from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_scalars
+from blindheads.callbacks.periodic import PeriodicEvaluation, autocast_dtype, log_figures, log_scalars
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.datamodules.text import datamodule_of
 from blindheads.evaluation.answer_paths import AnswerPaths
@@ -30,9 +30,17 @@ from blindheads.evaluation.attribution import (
     recall,
 )
 from blindheads.evaluation.contexts import evaluating
+from blindheads.evaluation.figures import RECALL_SERIES, recall_by_distance_figure
 from blindheads.evaluation.recall import Episode, episode_set, recall_samples
 from blindheads.evaluation.scoring import score_samples, top_share
-from blindheads.evaluation.tags import distance_point, gap_point, recall_head_tag, recall_tag, recall_weight_tag
+from blindheads.evaluation.tags import (
+    distance_point,
+    gap_point,
+    recall_figure_tag,
+    recall_head_tag,
+    recall_tag,
+    recall_weight_tag,
+)
 from blindheads.modules.lm import DecoderLM
 from blindheads.running import running
 
@@ -215,6 +223,14 @@ class EpisodeRecall(PeriodicEvaluation):
             for head, value in enumerate(values.tolist() if values.dim() == 1 else []):
                 scalars[recall_tag(name, f"head{head}", prefix)] = value
         log_scalars(trainer, pl_module, scalars, prefix)
+        by_distance = {
+            m.distance: {part: scalars[t] for part in RECALL_SERIES if (t := recall_tag(name, part, prefix)) in scalars}
+            for name, m in measured.items()
+        }
+        window = datamodule_of(trainer).seq_len
+        log_figures(
+            trainer, pl_module, {recall_figure_tag(prefix): lambda _: recall_by_distance_figure(by_distance, window)}
+        )
         return scalars
 
     def _interventions(self, decoder, wide, tokenizer, paths: AnswerPaths, episodes: list[Episode], tag) -> dict:

@@ -59,6 +59,36 @@ def zero_share_by_distance(
     return figure
 
 
+RECALL_SERIES = {  # part -> label and style: told apart by line style and marker, not by colour alone
+    "exact": ("exact recall", {"color": "C0", "marker": "o", "linestyle": "-"}),
+    "exact_zero_free": ("no exact zeros (float64)", {"color": "C1", "marker": "s", "linestyle": "--"}),
+    "exact_floored": ("bias floored", {"color": "C2", "marker": "^", "linestyle": "-."}),
+    "exact_capped": ("bias capped", {"color": "C3", "marker": "v", "linestyle": ":"}),
+    "baseline": ("best constant answer", {"color": "0.5", "marker": "", "linestyle": "--"}),
+}
+
+
+def recall_by_distance_figure(points: dict[float, dict[str, float]], window: int, title: str = ""):
+    """Recall against answer distance (log axis), one line per measure a point has (``RECALL_SERIES``), the
+    training window marked: ``points`` maps each point's mean distance in tokens to its scalars by part."""
+    figure, axis = _figure(7, 4)
+    distances = sorted(points)
+    for part, (label, style) in RECALL_SERIES.items():
+        xs = [d for d in distances if part in points[d]]
+        if xs:
+            axis.plot(xs, [points[d][part] for d in xs], label=label, **style)
+    axis.axvline(window, color="black", linewidth=1)
+    axis.annotate(f" window ({window})", (window, 1.0), fontsize="small", va="top")
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("answer distance (tokens back to the fact)")
+    axis.set_ylabel("share answered exactly")
+    axis.set_ylim(-0.02, 1.02)
+    axis.set_title(title)
+    axis.legend(fontsize="small", loc="lower left")
+    figure.tight_layout()
+    return figure
+
+
 def sweep_heatmap(sweep: SweepScores, title: str):
     """Retrieval accuracy, depth (rows) x length (columns); in-domain columns left of the dashed line."""
     figure, axis = _figure(1.2 + 0.7 * len(sweep.lengths), 1.0 + 0.45 * len(sweep.depths))

@@ -48,6 +48,11 @@ def recall_tag(point: str, part: str, prefix: str = "") -> str:
     return f"{prefix}recall/{point}/{part}"
 
 
+def recall_figure_tag(prefix: str = "") -> str:
+    """The image of recall against answer distance (``EpisodeRecall``, every point of one evaluation)."""
+    return f"{prefix}recall/by_distance"
+
+
 def recall_weight_tag(point: str, layer: int | str, head: int | str, prefix: str = "") -> str:
     """The mean weight a layer-head gives the fact from the answer's query at ``point``."""
     return recall_tag(point, f"weight/layer{layer}/head{head}", prefix)
