@@ -80,6 +80,9 @@ def test_training_runs_notebook_compares_experiments(trained_run, tmp_path, cach
                          "--trainer.logger.init_args.name": "nope", "--trainer.logger.init_args.version": "run"})  # fmt: skip
     result = run_cli(["fit", *args])
     assert result.returncode == 0, result.stderr[-3000:]
+    metrics = {f"test/recall/distance{f}x/{part}": value for f, d in ((0.5, 32), (2, 128))
+               for part, value in (("distance", d), ("exact", f / 4), ("baseline", 0.1), ("exact_zero_free", f / 4))}  # fmt: skip
+    (runs / "alibi" / "run" / "results.json").write_text(json.dumps({"metrics": metrics}))  # as test writes it
     results = tmp_path / "results" / "laptop"  # as blindheads grid writes it
     results.mkdir(parents=True)
     (results / "summary.md").write_text("| setup | seeds |\n|---|---|\n| alibi | 2 |\n")
@@ -106,6 +109,10 @@ def test_training_runs_notebook_compares_experiments(trained_run, tmp_path, cach
     assert (table["step"] == 20).all() and table["val_loss"].between(0, 20).all()
     assert (table["passkey_samples_out_of_domain"] == 12).all() and (table["needle_samples_out_of_domain"] == 12).all()
     assert table["passkey_auc_out_of_domain"].between(0, 1).all()
+    recall = pd.read_csv(tmp_path / "out" / "recall_by_distance.csv")  # the tested run alone, each of its points
+    assert list(recall["setup"]) == ["alibi/run"] * 2 and list(recall["exact"]) == [0.125, 0.5]
+    assert list(recall["window"]) == [64, 64] and "exact_capped" not in recall  # what it did not measure: left out
+    assert "passkey_auc_in_domain" not in table or table["passkey_auc_in_domain"].notna().any()
     underflow = pd.read_csv(tmp_path / "out" / "underflow_per_head.csv")
     assert set(underflow["run"]) == {"alibi/run", "nope/run"} and set(underflow["head"]) == {0, 1, 2, 3}
 
