@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from filelock import FileLock
-from training_runs import run_cli, tiny_run_args
+from support.runs import run_cli, tiny_run_args
 
 from blindheads.datamodules.tokenizer import load_tokenizer
 
@@ -45,7 +45,7 @@ def cache_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, cache_dir) -> Path:
     """One tiny 20-step fit with every evaluation (``tiny_run_args(..., evaluations=True)``, ALiBi, version ``run``),
-    made once per session and shared by the xdist workers. Tests read it or copy it (``training_runs.copy_run``),
+    made once per session and shared by the xdist workers. Tests read it or copy it (``support.runs.copy_run``),
     never change it. Returns the run directory (``.../alibi/run``)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
