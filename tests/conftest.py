@@ -4,9 +4,17 @@ from pathlib import Path
 import pytest
 import torch
 from filelock import FileLock
-from training_runs import run_cli, tiny_run_args
+from support.runs import run_cli, tiny_run_args
 
 from blindheads.datamodules.tokenizer import load_tokenizer
+
+# Under ``-n N`` the xdist workers already fill the cores: each computes on one thread, and the CLI subprocesses it
+# starts inherit OMP_NUM_THREADS=1 (test_blindness_vs_softmax, test_zero_free and test_episode_recall under -n 2 on
+# 2 shared cores: 187 and 174 s wall against 268 and 221 s with torch's default threads, runs alternated). A run
+# without workers (``-n 0``) keeps torch's default threads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
 
 # The CPU's flush-to-zero flag is per thread, and a new intra-op thread copies its creator's. A CLI built in-process
 # sets the flag from its config before any thread starts; were the thread pool started then, its threads would flush
@@ -45,7 +53,7 @@ def cache_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, cache_dir) -> Path:
     """One tiny 20-step fit with every evaluation (``tiny_run_args(..., evaluations=True)``, ALiBi, version ``run``),
-    made once per session and shared by the xdist workers. Tests read it or copy it (``training_runs.copy_run``),
+    made once per session and shared by the xdist workers. Tests read it or copy it (``support.runs.copy_run``),
     never change it. Returns the run directory (``.../alibi/run``)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import tiny_lm
+from support.models import tiny_lm
 
 from blindheads.evaluation.answer_paths import answer_paths
 from blindheads.numerics import tau

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
-from helpers import builtin_data, cpu_trainer, tiny_lm
-from training_runs import REPO
+from support.data import builtin_data
+from support.models import cpu_trainer, tiny_lm
+from support.runs import REPO
 
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.datamodules.retrieval_mix import RetrievalMix

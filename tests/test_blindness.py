@@ -138,7 +138,7 @@ def predicted_first_zero(stack, context, measured_tau):
     return torch.where(first >= context, math.inf, first)
 
 
-SPECS = [
+THEORY_SPECS = [
     "alibi",
     "alibi(steep)",
     "alibi(wide)",
@@ -149,7 +149,7 @@ SPECS = [
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", THEORY_SPECS)
 def test_theory_equals_measurement_when_subnormals_flush(spec, dtype):
     with flushing_subnormals():
         stack, measured = measured_first_zero(spec, 8, 1024, dtype)
@@ -159,7 +159,7 @@ def test_theory_equals_measurement_when_subnormals_flush(spec, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", THEORY_SPECS)
 def test_theory_within_one_token_when_subnormals_are_kept(spec, dtype):
     """Kept subnormals have few significant bits: ``exp`` and the division by Z each round, which moves the first
     zero by at most one token."""

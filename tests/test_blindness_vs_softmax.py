@@ -8,26 +8,16 @@ References, computed independently of the calculator from ``PositionStack.dense_
 """
 
 import math
-from contextlib import nullcontext
 
 import pytest
 import torch
+from support.softmax import CASES, reference_zero_mask
 
 from blindheads.blindness import blindness_report, log_normaliser
 from blindheads.modules.position import build_position
 from blindheads.modules.position.clamp import DEFAULT_MARGIN, keeping_floor
-from blindheads.numerics import flushing_subnormals, tau
+from blindheads.numerics import tau
 
-# fp16's normal threshold cannot be emulated on a CPU: its subnormals come from conversion, not arithmetic
-CASES = [
-    ("float64", "normal"),
-    ("float64", "subnormal"),
-    ("float32", "normal"),
-    ("float32", "subnormal"),
-    ("bfloat16", "normal"),
-    ("bfloat16", "subnormal"),
-    ("float16", "subnormal"),
-]
 PAPER_SPECS = [
     "alibi",
     "alibi(steep)",
@@ -53,22 +43,6 @@ PAPER_SPECS = [
 def reference_zeros(stack, context, dtype, threshold, softmax, scores=None):
     """Per head, how many of the last query's ``context`` weights a real softmax makes exactly zero."""
     return reference_zero_mask(stack, context, dtype, threshold, softmax, scores).sum(-1)
-
-
-def reference_zero_mask(stack, context, dtype, threshold, softmax, scores=None):
-    """Per head and key of the last query's row (key positions 0 .. context - 1), whether a real softmax's weight
-    is exactly zero."""
-    dt = getattr(torch, dtype)
-    with torch.no_grad(), flushing_subnormals() if threshold == "normal" else nullcontext():
-        logits = stack.dense_bias(1, context, "cpu")[:, 0]
-        if scores is not None:
-            logits = logits + scores
-        if softmax == "materialized":
-            weights = torch.softmax(logits.to(dt), dim=-1)
-        else:
-            wide = logits.to(torch.promote_types(dt, torch.float32))
-            weights = torch.exp(wide - wide.max(-1, keepdim=True).values).to(dt)
-        return weights == 0
 
 
 def predicted_zeros(stack, context, dtype, threshold, softmax):

@@ -4,7 +4,7 @@ line changes alone; ``callbacks.use`` for the ones that run; a run's config reco
 from __future__ import annotations
 
 import pytest
-from training_runs import REPO, refusal, tiny_run_args
+from support.runs import REPO, refusal, tiny_run_args
 
 from blindheads.cli.lightning import BlindheadsCLI, build_cli
 

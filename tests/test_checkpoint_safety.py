@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import torch
 from safetensors import SafetensorError
-from training_runs import copy_run, refusal, tiny_run_args
+from support.runs import copy_run, refusal, tiny_run_args
 from transformers import BloomConfig, BloomForCausalLM
 
 from blindheads.checkpoints.reading import read_checkpoint

@@ -1,23 +1,19 @@
-"""``blindheads blindness`` through the console entry point."""
+"""``blindheads blindness`` through the command's entry point (``blindheads.cli.main``), in this process."""
 
 import json
 import math
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
 import torch
+from support.runs import in_process
 
 from blindheads import blindness
 from blindheads.cli import main
 from blindheads.modules.position import build_position
 from blindheads.numerics import tau
-
-
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "blindheads", "blindness", *args], capture_output=True, text=True)
 
 
 def test_json_output_has_the_documented_keys(capsys):
@@ -107,9 +103,9 @@ def test_config_file(tmp_path, capsys):
 
 
 def test_table_through_the_entry_point():
-    result = run("--heads", "9", "--context", "2048")
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    code, stdout, stderr = in_process(["blindness", "--heads", "9", "--context", "2048"])
+    assert code == 0 and stderr == "", stderr
+    lines = stdout.splitlines()
     assert "tau: 87.3365" in lines[0] and len(lines) == 2 + 9 + 1
     assert lines[-1].startswith("mean")
 
@@ -168,10 +164,10 @@ def test_any_context_in_closed_form_or_bounded_memory(capsys):
 
 
 def test_help_lists_the_commands_and_succeeds():
-    result = subprocess.run([sys.executable, "-m", "blindheads", "--help"], capture_output=True, text=True)
-    assert result.returncode == 0
+    code, stdout, _ = in_process(["--help"])
+    assert code == 0
     for command in ("blindness", "fit", "validate", "test", "probe", "export", "lm_eval"):
-        assert f"  {command} " in result.stdout
+        assert f"  {command} " in stdout
 
 
 def first_zero_distance(slope: float, dtype: torch.dtype) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from training_runs import REPO, run_cli
+from support.runs import REPO, in_process
 
 from blindheads.cli.lightning import build_cli
 
@@ -25,10 +25,10 @@ def test_the_threshold_sets_the_subnormal_flag(cache_dir, threshold, flushed, mo
 
 
 def test_a_precision_that_contradicts_the_dtype_is_refused_in_one_line(cache_dir):
-    result = run_cli(["fit", "--config", str(REPO / "configs/smoke.yaml"), "--model.decoder.dtype", "bfloat16",
-                      "--data.cache_dir", str(cache_dir)])  # fmt: skip
-    assert result.returncode != 0
-    assert "--trainer.precision 32-true computes attention in float32, but --model.decoder.dtype is bfloat16" in (
-        result.stderr
-    )
-    assert "Traceback" not in result.stderr
+    code, _, stderr = in_process(["fit", "--config", str(REPO / "configs/smoke.yaml"), "--model.decoder.dtype",
+                                  "bfloat16", "--data.cache_dir", str(cache_dir)])  # fmt: skip
+    assert code == 1 and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith(
+        "blindheads fit: error: --trainer.precision 32-true computes attention in float32, but --model.decoder.dtype "
+        "is bfloat16"
+    ), stderr

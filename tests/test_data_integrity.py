@@ -14,9 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from data_fixtures import WORDS, document_text, write_fineweb_parquet
-from test_datamodule import make_datamodule, resume_state
-from training_runs import refusal, tiny_run_args
+from support.data import WORDS, document_text, make_datamodule, resume_state, write_fineweb_parquet
+from support.runs import refusal, tiny_run_args
 
 from blindheads.datamodules.builtin_corpus import builtin_corpus_dir
 from blindheads.datamodules.cache import MARK

@@ -2,40 +2,16 @@
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
-from data_fixtures import MARKER, write_fineweb_parquet
+from support.data import MARKER, make_datamodule, resume_state, take, write_fineweb_parquet
 from torch.utils.data import DataLoader
 
 from blindheads.datamodules.sources import stream_documents
-from blindheads.datamodules.text import TextData
 from blindheads.datamodules.windows import TokenWindows, collate_windows
-
-
-def make_datamodule(cache_dir, files=None, **kwargs):
-    options = {
-        "source": "files" if files else "builtin",
-        "files": files,
-        "tokenizer": "builtin",
-        "seq_len": 32,
-        "batch_size": 4,
-        "num_workers": 0,
-        "val_windows": 4,
-        "cache_dir": str(cache_dir),
-    }
-    dm = TextData(**{**options, **kwargs})
-    dm.prepare_data()
-    dm.setup("fit")
-    return dm
-
-
-def take(dm, count):
-    """The first ``count`` training batches, passed through the datamodule as Lightning does."""
-    return [dm.on_after_batch_transfer(b, 0) for b in itertools.islice(dm.train_dataloader(), count)]
 
 
 @pytest.fixture
@@ -222,12 +198,6 @@ def test_one_path_given_as_a_string_is_a_one_element_list(cache_dir, parquet_fil
     as_string = take(make_datamodule(cache_dir, glob), 3)
     as_list = take(make_datamodule(cache_dir, [glob]), 3)
     assert all(torch.equal(a, b) for a, b in zip(as_string, as_list))
-
-
-def resume_state(cache_dir, files, **kwargs):
-    dm = make_datamodule(cache_dir, files, **kwargs)
-    take(dm, 3)
-    return dm.state_dict()
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from training_runs import REPO
+from support.runs import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "results/README.md",
          REPO / "benchmarks/README.md"]  # fmt: skip

@@ -8,7 +8,8 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import builtin_data, cpu_trainer, tiny_lm
+from support.data import builtin_data
+from support.models import cpu_trainer, tiny_lm
 
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.callbacks.results import ResultsFile

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import subprocess
 import sys
@@ -12,7 +11,8 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from oracles import OracleDecoder
+from support.oracles import OracleDecoder
+from support.prompts import prompt_digest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from blindheads.blindness import blind_distances, effective_tau, first_blind_token
@@ -70,17 +70,11 @@ def test_needle_prompts_with_distractors(tokenizer, haystack):
         assert len(sample.answer) == 7 and text.endswith(f"mentioned in the provided text is {sample.answer}")
 
 
-def prompt_digest(cache_dir) -> str:
-    tok = load_tokenizer("builtin", cache_dir)
-    samples = passkey_samples(tok, [128, 256], [0.0, 0.5], samples=3, seed=7)
-    return hashlib.sha256(b"".join(s.tokens.numpy().tobytes() for s in samples)).hexdigest()
-
-
 @pytest.mark.slow
 def test_prompts_are_identical_across_calls_and_processes(cache_dir):
     here = prompt_digest(cache_dir)
     assert here == prompt_digest(cache_dir)
-    code = f"import sys; sys.path.insert(0, 'tests'); from test_evaluation import prompt_digest; print(prompt_digest({str(cache_dir)!r}))"
+    code = f"import sys; sys.path.insert(0, 'tests'); from support.prompts import prompt_digest; print(prompt_digest({str(cache_dir)!r}))"
     other = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": "123", "PATH": ""}
     )
@@ -313,7 +307,8 @@ def test_the_monitors_measure_in_the_dtype_the_trainer_precision_computes_in(pre
 def test_loss_by_position_buckets_are_the_mean_token_loss_there_and_average_to_the_windows_loss(cache_dir):
     """LengthExtrapolation's ``at{start}``: the held-out loss on positions start..start+size-1, checked against
     cross-entropy computed by hand on the same held-out windows."""
-    from helpers import builtin_data, cpu_trainer, tiny_lm
+    from support.data import builtin_data
+    from support.models import cpu_trainer, tiny_lm
 
     from blindheads.callbacks.extrapolation import LengthExtrapolation
 

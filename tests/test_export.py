@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from lm_eval import simple_evaluate
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
-from test_backends import SPECS
-from training_runs import copy_run, run_cli, tiny_run_args
+from support.backends import BACKEND_SPECS
+from support.runs import copy_run, run_cli, tiny_run_args
 from transformers import AutoModelForCausalLM
 
 from blindheads.callbacks.lm_eval import LMEvalHarness
@@ -32,7 +32,7 @@ def checkpoint_of(model: DecoderLM, path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", BACKEND_SPECS)
 def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
     torch.manual_seed(0)
     model = DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()

@@ -9,7 +9,7 @@ import signal
 import subprocess
 
 import pytest
-from training_runs import REPO, refusal, run_cli, tiny_run_args
+from support.runs import REPO, refusal, run_cli, tiny_run_args
 
 from blindheads.cli import main
 from blindheads.cli.lightning import build_cli
@@ -136,9 +136,9 @@ def test_a_class_path_that_names_nothing_is_one_line(tmp_path, monkeypatch, wher
 @pytest.mark.parametrize(
     "callback, signum, line",
     [
-        (["helpers.SignalInSanityCheck"], signal.SIGINT,
+        (["support.callbacks.SignalInSanityCheck"], signal.SIGINT,
          "blindheads: SIGINT at step 0, before this run's first step: nothing new to save"),
-        (["helpers.SignalAtStep", "--trainer.callbacks.step=2", "--data.num_workers", "1"], signal.SIGHUP,
+        (["support.callbacks.SignalAtStep", "--trainer.callbacks.step=2", "--data.num_workers", "1"], signal.SIGHUP,
          "blindheads: SIGHUP at step 2: saved {last}; resume with --ckpt_path last"),  # the worker ignores it
     ],
     ids=["SIGINT in the sanity check", "SIGHUP (terminal closed)"],

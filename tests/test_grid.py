@@ -10,7 +10,7 @@ import signal
 import lightning as L
 import pandas as pd
 import pytest
-from training_runs import REPO, refusal, run_cli
+from support.runs import REPO, refusal, run_cli
 
 from blindheads.cli import grid, main
 from blindheads.cli.lightning import build_cli

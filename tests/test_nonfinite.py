@@ -4,8 +4,10 @@ and never checkpointed."""
 import lightning as L
 import pytest
 import torch
-from helpers import PoisonGradientAtStep, builtin_data, cpu_trainer, tiny_lm
 from lightning.pytorch.callbacks import ModelCheckpoint
+from support.callbacks import PoisonGradientAtStep
+from support.data import builtin_data
+from support.models import cpu_trainer, tiny_lm
 
 from blindheads.checkpoints.reading import read_checkpoint
 

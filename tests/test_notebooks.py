@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 from nbclient import NotebookClient
-from training_runs import REPO, copy_run, run_cli, tiny_run_args
+from support.runs import REPO, copy_run, run_cli, tiny_run_args
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 

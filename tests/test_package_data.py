@@ -15,7 +15,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from training_runs import REPO
+from support.runs import REPO
 
 from blindheads.experiments.driver.identity import identity
 from blindheads.experiments.grid.setups import setup_names

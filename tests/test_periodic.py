@@ -1,7 +1,8 @@
 """When periodic evaluations run: once per optimizer step, with or without gradient accumulation."""
 
 import pytest
-from helpers import builtin_data, cpu_trainer, tiny_lm
+from support.data import builtin_data
+from support.models import cpu_trainer, tiny_lm
 
 from blindheads.callbacks.periodic import PeriodicEvaluation
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from test_backends import eager_and_sdpa_agree, flex_matches_sdpa
-from test_blindness_vs_softmax import CASES, reference_zero_mask
+from support.backends import eager_and_sdpa_agree, flex_matches_sdpa
+from support.softmax import CASES, reference_zero_mask
 from torch import nn
 from transformers.models.t5.modeling_t5 import T5Attention
 

@@ -163,7 +163,7 @@ def test_probe_json_has_no_nan():
 def test_a_blindheads_export_is_probed_without_a_prompt_and_a_made_up_name_fails_fast(cache_dir, tmp_path):
     import json
 
-    from training_runs import run_cli
+    from support.runs import run_cli
 
     from blindheads.export.directory import export
     from blindheads.modules import SIZES, DecoderConfig
@@ -198,7 +198,7 @@ def test_a_blindheads_export_is_probed_without_a_prompt_and_a_made_up_name_fails
     ids=["8 heads for 4-head weights", "an unknown key"],
 )  # fmt: skip
 def test_an_export_whose_config_does_not_fit_its_weights_is_one_line(trained_run, tmp_path, fields, problem):
-    from training_runs import refusal
+    from support.runs import refusal
 
     from blindheads.export.directory import export
 

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from helpers import builtin_data
+from support.data import builtin_data
+from support.runs import TINY_TESTED_RUN, copy_run, refusal, run_cli
 from torch import nn
-from training_runs import TINY_TESTED_RUN, copy_run, refusal, run_cli
 
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.cli.recheck import within

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import yaml
-from training_runs import REPO, run_cli, scalars
+from support.runs import REPO, run_cli, scalars
 
 from blindheads.cli import callback_set
 from blindheads.cli.lightning import BlindheadsCLI, build_cli

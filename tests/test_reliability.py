@@ -6,7 +6,7 @@ import re
 import signal
 
 import pytest
-from training_runs import CHECKPOINT_EVERY_5_STEPS, copy_run, refusal, run_cli, scalars, tiny_run_args
+from support.runs import CHECKPOINT_EVERY_5_STEPS, copy_run, refusal, run_cli, scalars, tiny_run_args
 
 EXTRA = {"--data.num_workers": "1", "--trainer.logger.init_args.version": "run"}  # a worker: its state is saved too
 
@@ -24,7 +24,7 @@ def straight_losses(cache_dir, tmp_path_factory) -> dict[int, float]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupt_saves_its_step_and_the_resume_is_exact(cache_dir, tmp_path, signum, straight_losses):
     args = tiny_run_args(tmp_path / "stopped", cache_dir, **EXTRA)
-    stopped = run_cli(["fit", *args, "--trainer.callbacks+=helpers.SignalAtStep", "--trainer.callbacks.step=7",
+    stopped = run_cli(["fit", *args, "--trainer.callbacks+=support.callbacks.SignalAtStep", "--trainer.callbacks.step=7",
                        f"--trainer.callbacks.signum={int(signum)}"])  # fmt: skip
     assert stopped.returncode == 128 + signum, stopped.stderr[-3000:]
     last = tmp_path / "stopped/alibi/run/checkpoints/last.ckpt"
@@ -48,7 +48,9 @@ def test_a_full_disk_ends_in_one_line_and_last_resumes_from_the_newest_intact_ch
     the free space and the step-10 checkpoint, and ``--ckpt_path last`` resumes from it (not the step-5 last.ckpt),
     continuing exactly as an uninterrupted run."""
     args = tiny_run_args(tmp_path / "full", cache_dir, **EXTRA)
-    full = run_cli(["fit", *args, "--trainer.callbacks+=helpers.DiskFullAtStep", "--trainer.callbacks.step=10"])
+    full = run_cli(
+        ["fit", *args, "--trainer.callbacks+=support.callbacks.DiskFullAtStep", "--trainer.callbacks.step=10"]
+    )
     checkpoints = tmp_path / "full/alibi/run/checkpoints"
     last_line = full.stderr.rstrip().splitlines()[-1]
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]

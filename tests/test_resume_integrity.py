@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import yaml
-from training_runs import REPO, copy_run, refusal, tiny_run_args
+from support.runs import REPO, copy_run, refusal, tiny_run_args
 
 from blindheads.checkpoints.reading import newest_intact, recorded_step
 from blindheads.cli import main

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 import torch
-from helpers import builtin_data
-from training_runs import TINY_TESTED_RUN, refusal, run_cli
+from support.data import builtin_data
+from support.runs import TINY_TESTED_RUN, refusal, run_cli
 
 from blindheads.cli.retrieval_heads import bands, cells, onset, verdict
 from blindheads.evaluation.prompts import passkey_samples

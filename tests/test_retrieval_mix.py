@@ -8,8 +8,7 @@ import random
 
 import pytest
 import torch
-from data_fixtures import write_fineweb_parquet
-from test_datamodule import make_datamodule, take
+from support.data import make_datamodule, take, write_fineweb_parquet
 
 from blindheads.datamodules.retrieval_mix import KEY_WORDS, TEMPLATES, EpisodeWriter, RetrievalMix, vocabulary_words
 from blindheads.evaluation import prompts

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 import torch
-from training_runs import REPO, refusal
+from support.runs import REPO, refusal
 
 from blindheads.cli import grid
 from blindheads.experiments.driver.folders import DRIVER_LOCK, owned, publish

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from training_runs import REPO
+from support.runs import REPO
 
 from blindheads.cli import COMMANDS, main
 

@@ -9,8 +9,7 @@ import re
 
 import pytest
 import torch
-from data_fixtures import MARKER, write_fineweb_parquet
-from test_datamodule import make_datamodule, take
+from support.data import MARKER, make_datamodule, take, write_fineweb_parquet
 
 from blindheads.datamodules.task_format import TaskFormat, TaskWriter
 from blindheads.evaluation import prompts

@@ -4,8 +4,9 @@ import time
 
 import lightning as L
 import pytest
-from helpers import builtin_data, cpu_trainer, tiny_lm
 from lightning.pytorch.loggers.logger import Logger
+from support.data import builtin_data
+from support.models import cpu_trainer, tiny_lm
 
 from blindheads.callbacks.throughput import TokenThroughput
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from training_runs import REPO, TESTS, copy_run, refusal, run_cli, scalars, tiny_run_args
+from support.runs import REPO, TESTS, copy_run, in_process, refusal, run_cli, scalars, tiny_run_args
 
 from blindheads.checkpoints.reading import read_checkpoint
 from blindheads.cli.lightning import build_cli
@@ -107,7 +107,7 @@ def kill_and_resume(tmp_path, cache_dir, extra: dict) -> tuple[dict, dict]:
         tmp_path / "resumed", cache_dir, **extra, **{"--trainer.logger.init_args.version": "run"}
     )
     killed = run_cli(
-        ["fit", *interrupted_args, "--trainer.callbacks+=helpers.KillAtStep", "--trainer.callbacks.step=13"]
+        ["fit", *interrupted_args, "--trainer.callbacks+=support.callbacks.KillAtStep", "--trainer.callbacks.step=13"]
     )
     assert killed.returncode != 0
     resumed = run_cli(["fit", *interrupted_args, "--ckpt_path", "last"])
@@ -148,7 +148,7 @@ def test_ranks_stop_within_seconds_when_rank_zero_is_killed(cache_dir, tmp_path)
         "blindheads",
         "fit",
         *args,
-        "--trainer.callbacks+=helpers.KillRankZeroAtStep",
+        "--trainer.callbacks+=support.callbacks.KillRankZeroAtStep",
         "--trainer.callbacks.step=3",
     ]
     with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as rank0:
@@ -164,7 +164,9 @@ def test_ranks_stop_within_seconds_when_rank_zero_is_killed(cache_dir, tmp_path)
 @pytest.mark.slow
 def test_non_finite_loss_stops_training_and_keeps_the_good_checkpoint(cache_dir, tmp_path):
     args = tiny_run_args(tmp_path, cache_dir, **{"--trainer.logger.init_args.version": "run"})
-    result = run_cli(["fit", *args, "--trainer.callbacks+=helpers.PoisonAtStep", "--trainer.callbacks.step=7"])
+    result = run_cli(
+        ["fit", *args, "--trainer.callbacks+=support.callbacks.PoisonAtStep", "--trainer.callbacks.step=7"]
+    )
     assert result.returncode != 0
     assert "non-finite training loss or gradients at step 7" in result.stderr
     checkpoint = read_checkpoint(tmp_path / "alibi/run/checkpoints/epoch=0-step=5.ckpt")
@@ -231,19 +233,11 @@ def test_compiled_blocks_train_like_eager_ones(cache_dir, tmp_path):
 
 
 def test_configs_compose_left_to_right_and_print():
-    result = run_cli(
-        [
-            "fit",
-            "--config",
-            str(REPO / "configs/smoke.yaml"),
-            "--config",
-            str(REPO / "configs/position/wide_clamp.yaml"),
-            "--print_config",
-        ]
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "position: alibi(wide)+clamp" in result.stdout and "name: wide_clamp" in result.stdout
-    assert "hidden_size: 128" in result.stdout, "the earlier file's fields survive the later one"
+    code, stdout, stderr = in_process(["fit", "--config", str(REPO / "configs/smoke.yaml"), "--config",
+                                       str(REPO / "configs/position/wide_clamp.yaml"), "--print_config"])  # fmt: skip
+    assert code == 0, stderr[-2000:]
+    assert "position: alibi(wide)+clamp" in stdout and "name: wide_clamp" in stdout
+    assert "hidden_size: 128" in stdout, "the earlier file's fields survive the later one"
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,9 @@ import os
 
 import pytest
 import torch
-from helpers import builtin_data, cpu_trainer, tiny_lm
 from lightning.pytorch.callbacks import ModelCheckpoint
+from support.data import builtin_data
+from support.models import cpu_trainer, tiny_lm
 
 from blindheads.callbacks.results import ResultsFile
 from blindheads.callbacks.warm_start import WarmStart

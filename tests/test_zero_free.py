@@ -7,7 +7,8 @@ import math
 
 import pytest
 import torch
-from helpers import builtin_data, cpu_trainer, tiny_lm
+from support.data import builtin_data
+from support.models import cpu_trainer, tiny_lm
 
 from blindheads.callbacks.episode_recall import EpisodeRecall
 from blindheads.datamodules.retrieval_mix import RetrievalMix

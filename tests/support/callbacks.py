@@ -1,4 +1,4 @@
-"""Callbacks the tests add to real runs."""
+"""Callbacks the tests add to real runs (in-process, or by class path ``support.callbacks.NAME`` in a CLI subprocess)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,6 @@ import signal
 
 import lightning as L
 import torch
-
-from blindheads.datamodules.text import TextData
-from blindheads.modules.config import DecoderConfig
-from blindheads.modules.lm import DecoderLM
 
 
 class KillAtStep(L.Callback):
@@ -57,26 +53,6 @@ class PoisonGradientAtStep(L.Callback):
         if trainer.global_step == self.step:
             pl_module.decoder.embed.weight.grad[0, 0] = float("nan")
             self.before = {k: v.clone() for k, v in pl_module.state_dict().items()}
-
-
-def tiny_lm(lm: dict | None = None, **decoder) -> DecoderLM:
-    """The tiny preset as a LightningModule for the builtin tokenizer, on the SDPA path; ``decoder`` overrides fields."""
-    return DecoderLM(
-        DecoderConfig.from_preset("tiny", **{"vocab_size": 4096, "attention": "sdpa", **decoder}), **(lm or {})
-    )
-
-
-def cpu_trainer(**kwargs) -> L.Trainer:
-    """A quiet CPU trainer: no logger, validation, checkpoints, progress bar or summary unless ``kwargs`` ask."""
-    quiet = {"logger": False, "limit_val_batches": 0, "enable_checkpointing": False, "enable_progress_bar": False,
-             "enable_model_summary": False}  # fmt: skip
-    return L.Trainer(accelerator="cpu", **{**quiet, **kwargs})
-
-
-def builtin_data(cache_dir, seq_len: int, batch_size: int, val_windows: int, **kwargs) -> TextData:
-    """The offline builtin corpus and tokenizer, read in the main process."""
-    return TextData(source="builtin", tokenizer="builtin", seq_len=seq_len, batch_size=batch_size,
-                      val_windows=val_windows, cache_dir=str(cache_dir), num_workers=0, **kwargs)  # fmt: skip
 
 
 class SignalAtStep(L.Callback):

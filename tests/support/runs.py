@@ -1,7 +1,10 @@
-"""Running real ``blindheads`` CLI jobs from tests, and reading their TensorBoard logs."""
+"""Running real ``blindheads`` CLI jobs from tests (in a subprocess, or in this process), and reading their
+TensorBoard logs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -11,8 +14,8 @@ from pathlib import Path
 from blindheads.analysis.runs import run_dirs
 from blindheads.analysis.runs import scalars as run_scalars
 
-REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]  # on the path of every CLI subprocess: class paths support.NAME resolve
 
 
 CHECKPOINT_EVERY_5_STEPS = """
@@ -125,6 +128,25 @@ def copy_run(run_dir: Path, root: Path) -> Path:
     target = root / run_dir.parent.name / run_dir.name
     shutil.copytree(run_dir, target)
     return target
+
+
+def in_process(args: list[str]) -> tuple[int, str, str]:
+    """``blindheads ARGS`` run in this process (no interpreter start-up, no imports paid again), as the console runs
+    it: the exit code (0 when it returns; a ``SystemExit`` message is written to stderr with code 1, as Python does),
+    and what it wrote to stdout and stderr. Any other exception propagates: a traceback fails the test. For parsing,
+    refusals and printed configs; a test of the process itself (signals, kills, DDP, imports) uses ``run_cli``."""
+    from blindheads.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exit:
+            if isinstance(exit.code, str):
+                print(exit.code, file=sys.stderr)
+            code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+    return code, stdout.getvalue(), stderr.getvalue()
 
 
 def refusal(args: list[str]) -> str:

@@ -1,13 +1,17 @@
-"""Data the tests build themselves: parquet in FineWeb-Edu's schema, and the builtin tokenizer."""
+"""Data the tests build themselves (parquet in FineWeb-Edu's schema) and data modules on the builtin corpus and
+tokenizer, read in the main process."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from blindheads.datamodules.text import TextData
 
 WORDS = [
     "the",
@@ -68,3 +72,40 @@ def write_fineweb_parquet(directory: Path, num_files: int, docs_per_file: int, s
         pq.write_table(pa.Table.from_pylist(rows), path)
         paths.append(path)
     return paths
+
+
+def builtin_data(cache_dir, seq_len: int, batch_size: int, val_windows: int, **kwargs) -> TextData:
+    """The offline builtin corpus and tokenizer, read in the main process."""
+    return TextData(source="builtin", tokenizer="builtin", seq_len=seq_len, batch_size=batch_size,
+                      val_windows=val_windows, cache_dir=str(cache_dir), num_workers=0, **kwargs)  # fmt: skip
+
+
+def make_datamodule(cache_dir, files=None, **kwargs) -> TextData:
+    """A data module set up for fitting: the builtin corpus, or ``files`` when given; 4 windows of 32 tokens a batch
+    unless ``kwargs`` say otherwise."""
+    options = {
+        "source": "files" if files else "builtin",
+        "files": files,
+        "tokenizer": "builtin",
+        "seq_len": 32,
+        "batch_size": 4,
+        "num_workers": 0,
+        "val_windows": 4,
+        "cache_dir": str(cache_dir),
+    }
+    dm = TextData(**{**options, **kwargs})
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def take(dm, count):
+    """The first ``count`` training batches, passed through the datamodule as Lightning does."""
+    return [dm.on_after_batch_transfer(b, 0) for b in itertools.islice(dm.train_dataloader(), count)]
+
+
+def resume_state(cache_dir, files, **kwargs) -> dict:
+    """The data module's state after 3 training batches, as a checkpoint would hold it."""
+    dm = make_datamodule(cache_dir, files, **kwargs)
+    take(dm, 3)
+    return dm.state_dict()
