@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from blindheads.arguments import Parser
+from blindheads.experiments.driver.launchers import add_launcher_options
 from blindheads.experiments.driver.loop import add_part_option, run_experiment
 from blindheads.experiments.driver.options import checked, distinct
 from blindheads.experiments.grid.runs import PAPER_SETUPS, runs
@@ -41,6 +42,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (one thread each)")
     add_part_option(parser)
+    add_launcher_options(parser)
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit and test")
     args = parser.parse_args(argv)
     unknown = [s for s in args.setups if s not in setup_names()]
