@@ -8,12 +8,14 @@ import argparse
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import lightning as L
 import pytest
-from training_runs import REPO, TESTS, run_cli
+from training_runs import REPO, TESTS
 
 from blindheads.cli import main
 from blindheads.experiments.driver import launchers
@@ -74,7 +76,8 @@ class SlowSteps(L.Callback):
 
 
 def grid(tmp_path: Path, runs: str, setups: list[str], steps: int, *launcher: str) -> list[str]:
-    shrink = ["--data.batch_size", "2", "--data.val_windows", "2", "--trainer.max_steps", str(steps),
+    shrink = ["--callbacks.use", "[checkpoint, underflow, extrapolation]", "--callbacks.checkpoint.every_n_train_steps",
+              str(steps), "--callbacks.extrapolation.sequences", "2", "--data.batch_size", "2", "--data.val_windows", "2", "--trainer.max_steps", str(steps),
               "--trainer.val_check_interval", str(steps), f"--trainer.callbacks+={__name__}.SlowSteps"]  # fmt: skip
     return ["grid", "--config", str(REPO / "configs/experiments/laptop.yaml"), "--setups", *setups, "--seeds", "0",
             "--runs", str(tmp_path / runs), *launcher, "--", "--data.cache_dir", str(tmp_path.parent / "cache"),
@@ -92,17 +95,18 @@ def jobs_see_the_tests(monkeypatch, cache_dir, tmp_path):
 @pytest.mark.slow
 def test_a_two_run_grid_is_submitted_then_reported_and_collected_by_a_later_command(tmp_path, jobs_see_the_tests):
     command = grid(tmp_path, "runs", ["alibi", "nope"], 3, "--launcher", "local")
-    submitted = run_cli(command, timeout=120)  # returns once queued; its jobs outlive it
-    assert submitted.returncode == 0, submitted.stderr[-3000:]
-    assert "0 queued, 0 running" not in submitted.stdout and "2 queued" in submitted.stdout, submitted.stdout
+    printed = tmp_path / "submitted.txt"
+    with printed.open("w") as out:  # not a pipe: the jobs, which outlive the command, hold its output too
+        code = subprocess.run([sys.executable, "-m", "blindheads", *command], stdout=out, stderr=subprocess.STDOUT,
+                              timeout=120).returncode  # fmt: skip
+    assert code == 0 and "2 queued, 0 running, 0 done, 0 failed of 2 runs" in printed.read_text(), printed.read_text()
     book = json.loads((tmp_path / "runs-summary" / JOBS).read_text())
     assert book["launcher"] == "local" and sorted(book["jobs"]) == ["alibi seed 0", "nope seed 0"]
     assert all(job["tries"] == 1 for job in book["jobs"].values())
-    records = main([*command[:command.index("--")], "--wait", *command[command.index("--"):]])
-    assert records is not None and [r["setup"] for r in records] == ["alibi", "nope"]
-    assert {r["global_step"] for r in records} == {3}
+    main([*command[: command.index("--")], "--wait", *command[command.index("--") :]])
     results = json.loads((tmp_path / "runs-summary/results.json").read_text())
-    assert results["remaining"] == [] and len(results["runs"]) == 2
+    assert results["remaining"] == [] and [r["setup"] for r in results["runs"]] == ["alibi", "nope"]
+    assert {r["global_step"] for r in results["runs"]} == {3}
     assert json.loads((tmp_path / "runs-summary" / JOBS).read_text()) == book, "no job submitted twice"
 
 
@@ -111,9 +115,11 @@ def test_a_warned_job_saves_is_requeued_and_ends_equal_to_an_uninterrupted_run(t
     steps = 12
     uninterrupted = grid(tmp_path, "whole", ["alibi"], steps, "--launcher", "local")
     part = uninterrupted.index("--")
-    [straight] = main([*uninterrupted[:part], "--wait", *uninterrupted[part:]])
+    main([*uninterrupted[:part], "--wait", *uninterrupted[part:]])
+    [straight] = json.loads((tmp_path / "whole-summary/results.json").read_text())["runs"]
     command = grid(tmp_path, "warned", ["alibi"], steps, "--launcher", "local")
-    assert main(command) is None, "submitted, not waited for"
+    main(command)
+    assert not (tmp_path / "warned-summary/results.json").exists(), "submitted, not waited for"
     run_dir = tmp_path / "warned/alibi/seed0"
     deadline = time.monotonic() + 120
     while not (run_dir / "reached").exists():
@@ -121,9 +127,11 @@ def test_a_warned_job_saves_is_requeued_and_ends_equal_to_an_uninterrupted_run(t
         time.sleep(0.2)
     job_id = json.loads((tmp_path / "warned-summary" / JOBS).read_text())["jobs"]["alibi seed 0"]["job_id"]
     os.kill(int(job_id), signal.SIGUSR2)  # what LocalJob._interrupt() sends: the pre-emption warning
-    [resumed] = main([*command[:part], "--wait", *command[part:]])
+    main([*command[:part], "--wait", *command[part:]])
+    [resumed] = json.loads((tmp_path / "warned-summary/results.json").read_text())["runs"]
     log = (tmp_path / "warned/alibi/seed0.fit.log").read_text()
     assert "resuming from" in log and log.count("--- blindheads fit, started") == 2, log[-3000:]
     assert resumed.get("resumed") is True and resumed["global_step"] == straight["global_step"] == steps
-    assert resumed["test/loss"] == straight["test/loss"], (resumed["test/loss"], straight["test/loss"])
-    print(f"test/loss uninterrupted {straight['test/loss']!r}, warned and resumed {resumed['test/loss']!r}")
+    loss, resumed_loss = straight["metrics"]["test/loss"], resumed["metrics"]["test/loss"]
+    print(f"test/loss uninterrupted {loss!r}, warned and resumed {resumed_loss!r}")
+    assert resumed["metrics"] == straight["metrics"], (loss, resumed_loss)

@@ -83,7 +83,7 @@ def arm_main(argv: list[str]) -> None:
     write_json(Path(args.out) / "results.json", result, compact=True)
 
 
-def main(argv: list[str]) -> pd.DataFrame:
+def main(argv: list[str]) -> pd.DataFrame | None:
     args = parse_args(argv)
 
     def write(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str]) -> pd.DataFrame:

@@ -52,7 +52,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return checked(args)
 
 
-def main(argv: list[str]) -> list[dict]:
+def main(argv: list[str]) -> list[dict] | None:
     args = parse_args(argv)
 
     def write(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str]) -> list[dict]:

@@ -13,6 +13,7 @@ and submitit requeues the job, whose fit resumes from ``last.ckpt`` (Lightning's
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import time
@@ -178,8 +179,9 @@ def failure(launcher: str, folder: Path, job_id: str) -> str:
         return "ended without a result (cancelled or lost)"
     try:
         found.result()
-    except Exception as error:  # noqa: BLE001 -- submitit re-raises the job's own error, whatever it is
-        return str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    except Exception as error:  # submitit re-raises the job's own error, whatever it is
+        lines = str(error).strip().splitlines()  # submitit's report: the job's traceback, then where its logs are
+        return next((line for line in reversed(lines) if re.match(r"[\w.]+: ", line)), type(error).__name__)
     return "ended without a record"
 
 
@@ -194,10 +196,13 @@ def sweep(program: str, args: argparse.Namespace, runs: list, wanted: dict[Path,
 
     values = settings(args)
     if getattr(args, "hours", None):
-        raise ValueError("--hours is for runs on this machine; with --launcher each job has the launcher's "
-                         "timeout_min and is requeued past it")
+        raise ValueError(
+            "--hours is for runs on this machine; with --launcher each job has the launcher's "
+            "timeout_min and is requeued past it"
+        )
     out, folder = Path(args.out), Path(args.runs).resolve() / "submitit"
     files = [file for run in runs for file in run.files]
+    said = ""
     while True:
         with owned(out, program, "--out"), owned(Path(args.runs), program, "--runs"):
             book = read_json(out / JOBS) if (out / JOBS).exists() else {"launcher": args.launcher, "jobs": {}}
@@ -236,9 +241,12 @@ def sweep(program: str, args: argparse.Namespace, runs: list, wanted: dict[Path,
                 write_json(out / JOBS, book)
             counts = {name: sum(states[run.name] == name for run in runs if run.name not in records)
                       for name in ("queued", "running")}  # fmt: skip
-            print(f"blindheads {program}: {counts['queued']} queued, {counts['running']} running, {len(records)} "
-                  f"done, {len(given_up)} failed of {len(runs)} runs" + (f" (job ids in {out / JOBS})" if submit
-                  else ""), flush=True)  # fmt: skip
+            line = (f"blindheads {program}: {counts['queued']} queued, {counts['running']} running, {len(records)} "
+                    f"done, {len(given_up)} failed of {len(runs)} runs" + (f" (job ids in {out / JOBS})" if submit
+                    else ""))  # fmt: skip
+            if line != said:  # --wait: a line where the counts change
+                print(line, flush=True)
+                said = line
             if given_up:
                 print(f"blindheads {program}: failed after every retry: {', '.join(given_up)}", file=sys.stderr,
                       flush=True)  # fmt: skip
@@ -249,4 +257,3 @@ def sweep(program: str, args: argparse.Namespace, runs: list, wanted: dict[Path,
             print(f"blindheads {program}: the same command reports, collects and resubmits", flush=True)
             return None
         time.sleep(POLL_S)
-
