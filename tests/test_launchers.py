@@ -126,7 +126,8 @@ def test_a_warned_job_saves_is_requeued_and_ends_equal_to_an_uninterrupted_run(t
         assert time.monotonic() < deadline, "the fit never reached step 3"
         time.sleep(0.2)
     job_id = json.loads((tmp_path / "warned-summary" / JOBS).read_text())["jobs"]["alibi seed 0"]["job_id"]
-    os.kill(int(job_id), signal.SIGUSR2)  # what LocalJob._interrupt() sends: the pre-emption warning
+    [task] = Path(f"/proc/{job_id}/task/{job_id}/children").read_text().split()  # the job's process, under submitit's
+    os.kill(int(task), signal.SIGUSR2)  # controller: the pre-emption warning SLURM sends it (--signal=USR2@N)
     main([*command[:part], "--wait", *command[part:]])
     [resumed] = json.loads((tmp_path / "warned-summary/results.json").read_text())["runs"]
     log = (tmp_path / "warned/alibi/seed0.fit.log").read_text()

@@ -7,6 +7,10 @@ grid continues where it stopped: a run with done.json is done, one with last.ckp
 directory made with other options (configs, seed, options after --) is refused, naming the difference, and so is a
 summary folder made by another grid (or holding results without a record of their options). Ctrl-C or SIGTERM
 stops every run at its next step with last.ckpt saved; the same command continues.
+
+With --launcher local|slurm each run is a job of one submitit job array instead (docs/cluster.md): the command
+returns once they are queued (--wait: once the summary is written), and the same command later reports, collects and
+resubmits.
 """
 
 from __future__ import annotations

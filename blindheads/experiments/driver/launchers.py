@@ -24,11 +24,13 @@ from typing import Any, TypeVar
 import submitit
 import yaml
 
+from blindheads import locks
 from blindheads.atomic import process_alive
 from blindheads.experiments.driver.folders import JOBS, owned
 from blindheads.experiments.driver.identity import claim_all, summary_identity
 from blindheads.experiments.driver.jobs import Driver
 from blindheads.experiments.driver.records import read_json, write_json
+from blindheads.locks import RUN_LOCK
 from blindheads.packaged import located
 
 LAUNCHERS = ("local", "slurm")
@@ -153,12 +155,13 @@ def job(launcher: str, folder: Path, job_id: str) -> submitit.Job:
     return submitit.SlurmJob(folder, job_id) if launcher == "slurm" else submitit.LocalJob(folder, job_id)
 
 
-def state(launcher: str, folder: Path, job_id: str) -> str:
+def state(launcher: str, folder: Path, job_id: str, run_dir: Path) -> str:
     """``queued``, ``running`` or ``ended`` (done, failed, cancelled or lost: its run directory tells which). A local
-    job is its controller process (its job id is that PID)."""
+    job runs while its controller process (its job id is that PID) or the fit holding its run directory lives."""
     if launcher == "local":
         pid = int(job_id.split("_")[0])
-        return "running" if process_alive(pid) and not _zombie(pid) else "ended"
+        alive = process_alive(pid) and not _zombie(pid)
+        return "running" if alive or locks.live_owner(run_dir / RUN_LOCK) else "ended"
     found = job(launcher, folder, job_id)
     if found.done(force_check=True):  # refreshed: submitit's cached state can lag
         return "ended"
@@ -210,7 +213,7 @@ def sweep(program: str, args: argparse.Namespace, runs: list, wanted: dict[Path,
                 raise ValueError(f"--launcher {args.launcher}: {out / JOBS} holds jobs of --launcher "
                                  f"{book['launcher']}; pass that launcher, or another --out")  # fmt: skip
             jobs = book["jobs"]
-            states = {run.name: state(args.launcher, folder, jobs[run.name]["job_id"]) if run.name in jobs else "new"
+            states = {run.name: state(args.launcher, folder, jobs[run.name]["job_id"], run.directory) if run.name in jobs else "new"
                       for run in runs}  # fmt: skip
             idle = [run for run in runs if states[run.name] not in ("queued", "running")]
             claim_all({run.directory: wanted[run.directory] for run in idle}, out, summary_identity(args, files))
