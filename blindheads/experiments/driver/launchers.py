@@ -162,10 +162,10 @@ def state(launcher: str, folder: Path, job_id: str, run_dir: Path) -> str:
         pid = int(job_id.split("_")[0])
         alive = process_alive(pid) and not _zombie(pid)
         return "running" if alive or locks.live_owner(run_dir / RUN_LOCK) else "ended"
-    found = job(launcher, folder, job_id)
-    if found.done(force_check=True):  # refreshed: submitit's cached state can lag
-        return "ended"
-    return "queued" if found.state in ("PENDING", "REQUEUED", "CONFIGURING", "SUSPENDED") else "running"
+    slurm = job(launcher, folder, job_id).get_info(mode="force").get("State", "UNKNOWN")  # cached state can lag
+    if slurm.startswith(("PENDING", "REQUEUE", "CONFIGURING", "SUSPENDED")):
+        return "queued"
+    return "running" if slurm.startswith(("RUNNING", "COMPLETING")) else "ended"
 
 
 def _zombie(pid: int) -> bool:
