@@ -26,6 +26,7 @@ import pandas as pd
 from blindheads.arguments import Parser
 from blindheads.experiments.conjecture import far_head
 from blindheads.experiments.conjecture.runs import ARMS, BIASES, runs, train_arm, write_summary
+from blindheads.experiments.driver.launchers import add_launcher_options
 from blindheads.experiments.driver.loop import add_part_option, run_experiment
 from blindheads.experiments.driver.options import at_least, checked, distinct
 from blindheads.experiments.driver.records import write_json
@@ -49,6 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", help="summary directory; default: the runs' directory + -summary")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
     add_part_option(parser)
+    add_launcher_options(parser)
     args = parser.parse_args(argv)
     args.config, args.extra = [], []
     unknown = [arm for arm in args.arms if arm not in ARMS]
@@ -81,7 +83,7 @@ def arm_main(argv: list[str]) -> None:
     write_json(Path(args.out) / "results.json", result, compact=True)
 
 
-def main(argv: list[str]) -> pd.DataFrame:
+def main(argv: list[str]) -> pd.DataFrame | None:
     args = parse_args(argv)
 
     def write(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str]) -> pd.DataFrame:

@@ -7,6 +7,10 @@ grid continues where it stopped: a run with done.json is done, one with last.ckp
 directory made with other options (configs, seed, options after --) is refused, naming the difference, and so is a
 summary folder made by another grid (or holding results without a record of their options). Ctrl-C or SIGTERM
 stops every run at its next step with last.ckpt saved; the same command continues.
+
+With --launcher local|slurm each run is a job of one submitit job array instead (docs/cluster.md): the command
+returns once they are queued (--wait: once the summary is written), and the same command later reports, collects and
+resubmits.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 from pathlib import Path
 
 from blindheads.arguments import Parser
+from blindheads.experiments.driver.launchers import add_launcher_options
 from blindheads.experiments.driver.loop import add_part_option, run_experiment
 from blindheads.experiments.driver.options import checked, distinct
 from blindheads.experiments.grid.runs import PAPER_SETUPS, runs
@@ -41,6 +46,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (one thread each)")
     add_part_option(parser)
+    add_launcher_options(parser)
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every fit and test")
     args = parser.parse_args(argv)
     unknown = [s for s in args.setups if s not in setup_names()]
@@ -50,7 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return checked(args)
 
 
-def main(argv: list[str]) -> list[dict]:
+def main(argv: list[str]) -> list[dict] | None:
     args = parse_args(argv)
 
     def write(out: Path, records: list[dict], command: str, wall_s: float, remaining: list[str]) -> list[dict]:

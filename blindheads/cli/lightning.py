@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
 
 from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blindheads.arguments import class_path_error
@@ -95,7 +97,7 @@ class BlindheadsCLI(LightningCLI):
         bar = [] if not shows_a_progress_bar(trainer_config, configured) else [StepProgressBar()]
         callbacks = [*self.safety.first_callbacks(), *configured, *bar, TensorBoardLayout(),
                      *self.safety.last_callbacks(), self.results]  # fmt: skip
-        plugins = [self.safety.io, *(plugins if isinstance(plugins, list) else [plugins])]
+        plugins = [self.safety.io, *(plugins if isinstance(plugins, list) else [plugins]), *submitit_slurm(plugins)]
         trainer = super().instantiate_trainer(**{"callbacks": callbacks, "plugins": plugins, **kwargs})
         requested = self._section(self.config).get("trainer", {}).get("precision") or "32-true"
         check_trainer_precision(str(requested), trainer.precision, self.model.config.dtype)
@@ -189,3 +191,13 @@ def short_error(subcommand: str, error: Exception, most_lines: int = 8) -> str:
         lines = [*lines[:most_lines], f"... ({len(lines) - most_lines} more lines)"]
     return "\n".join([f"blindheads {subcommand}: error: {lines[0] if lines else error}", *lines[1:],
                       f"see: blindheads {subcommand} --help"])  # fmt: skip
+
+
+def submitit_slurm(plugins) -> list:
+    """A job of ``--launcher slurm`` (``experiments.driver.launchers``: submitit sets ``SUBMITIT_EXECUTOR``) has one
+    requeue owner, submitit: Lightning's SLURM environment without its own SIGUSR1 requeue, where no cluster
+    environment is configured."""
+    listed = plugins if isinstance(plugins, list) else [plugins]
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or any(isinstance(p, ClusterEnvironment) for p in listed):
+        return []
+    return [SLURMEnvironment(auto_requeue=False)]

@@ -17,6 +17,7 @@ from blindheads.checkpoints.reading import newest_intact
 DRIVER_LOCK = ".blindheads-driver.lock"
 
 
+JOBS = "jobs.json"  # a launched sweep's jobs (``launchers``): kept across summaries
 RECORDS = "records"  # the summary folder's copy of every finished run's record (``loop``): kept across summaries
 
 
@@ -59,7 +60,7 @@ def publish(out: Path, write: Callable[[Path], T]) -> T:
     staging, aside = atomic.staging_path(out), out.with_name(f".{out.name}.previous-{os.getpid()}")
     staging.mkdir()
     try:
-        for name in ("options.json", DRIVER_LOCK):
+        for name in ("options.json", DRIVER_LOCK, JOBS):
             if (out / name).exists():
                 shutil.copy2(out / name, staging / name)
         if (out / RECORDS).is_dir():

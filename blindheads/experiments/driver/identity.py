@@ -55,11 +55,12 @@ def identity(options: list[str], config_files: list[str], env: dict | None = Non
 
 
 def summary_identity(args, config_files: list[str]) -> dict:
-    """What decides an experiment's summary: the driver's options but where it is written, how many run at once
-    and how long this part may take, and its config files' contents."""
+    """What decides an experiment's summary: the driver's options but where it is written, how many run at once,
+    how long this part may take and where its jobs run (``--launcher`` and its settings, ``--wait``), and its config
+    files' contents."""
     options = []
     for name, value in vars(args).items():
-        if name not in ("out", "parallel", "hours"):
+        if name not in ("out", "parallel", "hours", "wait") and not name.startswith("launcher"):
             options += [
                 "--" if name == "extra" else f"--{name}",
                 *map(str, value if isinstance(value, list) else [value]),

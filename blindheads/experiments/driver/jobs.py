@@ -63,6 +63,17 @@ class Driver:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(job.pid, signum)
 
+    def stop(self, signum: int) -> None:
+        """Pass ``signum`` on to every live job, as a signal to the driver would, and wait until each has ended
+        (having saved ``last.ckpt``), leaving its exit status to ``launch``: what a launcher's job does when the
+        scheduler warns it of a pre-emption or its time limit (``launchers``)."""
+        self._forward(signum, None)
+        with self._lock:
+            live = [job.pid for job in self._live]
+        for pid in live:
+            with contextlib.suppress(ChildProcessError):
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # not reaped: ``launch``'s ``wait`` still is
+
     def _interrupted(self) -> Interrupted:
         """What a job that stopped, or never started, because the driver was signalled raises."""
         assert self.signum is not None

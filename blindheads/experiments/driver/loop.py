@@ -27,6 +27,7 @@ import yaml
 from blindheads.experiments.driver.folders import RECORDS, publish, resume_option
 from blindheads.experiments.driver.identity import RunChanged, difference, identity
 from blindheads.experiments.driver.jobs import Driver, experiment
+from blindheads.experiments.driver.launchers import sweep
 from blindheads.experiments.driver.records import read_json, write_json
 
 DONE = "done.json"  # a run's record, written once its last command succeeded
@@ -59,23 +60,19 @@ def add_part_option(parser: argparse.ArgumentParser) -> None:
 
 
 def run_experiment(program: str, argv: list[str], args: argparse.Namespace, runs: list[Run],
-                   summarize: Callable[[Path, list[dict], str, float, list[str]], T]) -> T:  # fmt: skip
+                   summarize: Callable[[Path, list[dict], str, float, list[str]], T]) -> T | None:  # fmt: skip
     """Every run done (or, past ``args.hours``, those done so far), then ``summarize(folder, records, command,
     wall_s, remaining)`` published whole to ``args.out``, ``remaining`` naming the runs not done (for its
-    ``results.json``; ``summary.md`` gets a line naming them); what it returns."""
+    ``results.json``; ``summary.md`` gets a line naming them); what it returns. With ``--launcher`` the runs are
+    jobs of a job array instead (``launchers.sweep``), and the summary is written once every run is done or given
+    up (None before)."""
     started = time.monotonic()
     hours = getattr(args, "hours", None)  # checked (``options.checked``)
     deadline = started + hours * 3600 if hours else None
     wanted = {run.directory: identity(run.options, run.files) for run in runs}
     out = Path(args.out)
-    with experiment(program, args, wanted, [file for run in runs for file in run.files]) as driver:
-        with ThreadPoolExecutor(args.parallel) as pool:
-            done = list(pool.map(lambda run: complete(run, driver, out, wanted[run.directory], deadline), runs))
-            records = [record for record in done if record is not None]
-        remaining = [run.name for run, record in zip(runs, done, strict=True) if record is None]
-        if remaining:
-            print(f"blindheads {program}: {len(records)} of {len(runs)} runs done after --hours {hours}; the same "
-                  "command continues", flush=True)  # fmt: skip
+
+    def summary(records: list[dict], remaining: list[str]) -> T:
         command, wall_s = f"blindheads {program} " + " ".join(argv), time.monotonic() - started
 
         def write(staging: Path) -> T:
@@ -87,8 +84,20 @@ def run_experiment(program: str, argv: list[str], args: argparse.Namespace, runs
             return written
 
         written = publish(out, write)
-    print(f"summary: {out / 'summary.md'}")
-    return written
+        print(f"summary: {out / 'summary.md'}")
+        return written
+
+    if getattr(args, "launcher", None):
+        return sweep(program, args, runs, wanted, summary)
+    with experiment(program, args, wanted, [file for run in runs for file in run.files]) as driver:
+        with ThreadPoolExecutor(args.parallel) as pool:
+            done = list(pool.map(lambda run: complete(run, driver, out, wanted[run.directory], deadline), runs))
+            records = [record for record in done if record is not None]
+        remaining = [run.name for run, record in zip(runs, done, strict=True) if record is None]
+        if remaining:
+            print(f"blindheads {program}: {len(records)} of {len(runs)} runs done after --hours {hours}; the same "
+                  "command continues", flush=True)  # fmt: skip
+        return summary(records, remaining)
 
 
 def record_path(out: Path, run: Run) -> Path:
@@ -98,9 +107,22 @@ def record_path(out: Path, run: Run) -> Path:
 
 def complete(run: Run, driver: Driver, out: Path, wanted: dict, deadline: float | None = None) -> dict | None:
     """The run's record: read where it is kept (``kept_record``), else from its run directory when it is done there
-    (``done_record``; then kept in the summary folder too), else made by running its commands (with its wall time,
-    and ``resumed`` where it continued a killed run: the wall time counts only the part after the resume) and kept in
-    the summary folder at once; None where ``deadline`` passed before it could start."""
+    (``done_record``; then kept in the summary folder too), else made by running its commands (``run_commands``) and
+    kept in the summary folder at once; None where ``deadline`` passed before it could start."""
+    record = finished(run, out, wanted)
+    if record is not None:
+        return record
+    if deadline is not None and time.monotonic() > deadline:
+        return None
+    record = run_commands(run, driver)
+    keep(record_path(out, run), run, wanted, record)
+    print(f"{run.name}: done in {record['wall_s']:.0f} s", flush=True)
+    return record
+
+
+def finished(run: Run, out: Path, wanted: dict) -> dict | None:
+    """The record of a run that is done: kept in the summary folder (``kept_record``), or done in its run directory
+    (``done_record``; then kept in the summary folder too); else None."""
     path = record_path(out, run)
     ran = done_record(run.directory)
     kept = kept_record(path, wanted, run, ran)
@@ -109,8 +131,13 @@ def complete(run: Run, driver: Driver, out: Path, wanted: dict, deadline: float 
     if ran is not None:
         keep(path, run, wanted, {**run.labels, **ran})
         return {**run.labels, **ran}
-    if deadline is not None and time.monotonic() > deadline:
-        return None
+    return None
+
+
+def run_commands(run: Run, driver: Driver) -> dict:
+    """Run ``run``'s commands (``fit`` resumed from ``last.ckpt`` where a killed run left one) and write its record
+    to ``done.json``: its labels, what its test wrote, what ``measured`` adds, its wall time, and ``resumed`` where
+    it continued a killed run (the wall time counts only the part after the resume)."""
     resume = resume_option(run.directory)
     started = time.monotonic()
     for command in run.commands:
@@ -124,8 +151,6 @@ def complete(run: Run, driver: Driver, out: Path, wanted: dict, deadline: float 
     if resume:
         record["resumed"] = True
     write_json(run.directory / DONE, record)
-    keep(path, run, wanted, record)
-    print(f"{run.name}: done in {record['wall_s']:.0f} s", flush=True)
     return record
 
 

@@ -1,0 +1,138 @@
+"""``--launcher``: an experiment's runs as jobs of a submitit job array (``experiments.driver.launchers``): its
+settings composed and refused in one line, a two-run grid submitted, reported and collected after the submitting
+process has exited, and a job warned of its pre-emption that resumes and ends equal to an uninterrupted run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+from training_runs import REPO, TESTS
+
+from blindheads.cli import main
+from blindheads.experiments.driver import launchers
+from blindheads.experiments.driver.folders import JOBS
+
+
+def parsed(tmp_path: Path, *options: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    launchers.add_launcher_options(parser)
+    return parser.parse_args(list(options))
+
+
+def test_launcher_settings_compose_defaults_files_and_the_command_line(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("partition: gpu\ntimeout_min: 30\nsbatch: {account: lab}\n")
+    args = parsed(tmp_path, "--launcher", "slurm", "--launcher-config", str(REPO / "configs/launcher/slurm.yaml"),
+                  str(site), "--launcher.timeout_min", "45", "--launcher.sbatch", "qos=low")  # fmt: skip
+    values = launchers.settings(args)
+    assert values["gpus_per_node"] == values["tasks_per_node"] == 8, "slurm.yaml: one task per GPU"
+    assert values["partition"] == "gpu" and values["timeout_min"] == 45 and values["sbatch"] == {"qos": "low"}
+    assert launchers.settings(parsed(tmp_path))["nodes"] == 1, "defaults without a file"
+
+
+@pytest.mark.parametrize(
+    ("text", "options", "message"),
+    [
+        ("partitions: gpu\n", [], "unknown launcher setting 'partitions'; valid: partition, nodes"),
+        ("nodes: two\n", [], "launcher setting nodes must be int, got 'two'"),
+        ("- nodes\n", [], "is no mapping of settings"),
+        ("", ["--launcher.timeout_min", "0"], "launcher setting timeout_min must be >= 1, got 0"),
+        ("", ["--launcher.sbatch", "qos"], "--launcher.sbatch takes KEY=VALUE pairs, got qos"),
+    ],
+)
+def test_bad_launcher_settings_are_refused_in_one_line(tmp_path, text, options, message):
+    config = tmp_path / "launcher.yaml"
+    config.write_text(text)
+    with pytest.raises(ValueError, match="^.*$") as refused:
+        launchers.settings(parsed(tmp_path, "--launcher-config", str(config), *options))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_grid_offers_both_launchers_and_refuses_hours_with_one(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["grid", "--help"])
+    assert "--launcher {local,slurm}" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="grid: error: --hours is for runs on this machine"):
+        main(["grid", "--setups", "alibi", "--seeds", "0", "--runs", str(tmp_path / "runs"), "--launcher", "local",
+              "--hours", "1"])  # fmt: skip
+
+
+class SlowSteps(L.Callback):
+    """Steps slow enough to be warned mid-fit: from step 3 on, 0.3 s each; ``reached`` written at step 3."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= 3:
+            (Path(trainer.log_dir) / "reached").touch()
+            time.sleep(0.3)
+
+
+def grid(tmp_path: Path, runs: str, setups: list[str], steps: int, *launcher: str) -> list[str]:
+    shrink = ["--callbacks.use", "[checkpoint, underflow, extrapolation]", "--callbacks.checkpoint.every_n_train_steps",
+              str(steps), "--callbacks.extrapolation.sequences", "2", "--data.batch_size", "2", "--data.val_windows", "2", "--trainer.max_steps", str(steps),
+              "--trainer.val_check_interval", str(steps), f"--trainer.callbacks+={__name__}.SlowSteps"]  # fmt: skip
+    return ["grid", "--config", str(REPO / "configs/experiments/laptop.yaml"), "--setups", *setups, "--seeds", "0",
+            "--runs", str(tmp_path / runs), *launcher, "--", "--data.cache_dir", str(tmp_path.parent / "cache"),
+            *shrink]  # fmt: skip
+
+
+@pytest.fixture
+def jobs_see_the_tests(monkeypatch, cache_dir, tmp_path):
+    """The jobs' fits import this module's callback; the builtin corpus beside ``tmp_path``."""
+    monkeypatch.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setattr(launchers, "POLL_S", 1.0)
+    (tmp_path.parent / "cache").exists() or (tmp_path.parent / "cache").symlink_to(cache_dir)
+
+
+@pytest.mark.slow
+def test_a_two_run_grid_is_submitted_then_reported_and_collected_by_a_later_command(tmp_path, jobs_see_the_tests):
+    command = grid(tmp_path, "runs", ["alibi", "nope"], 3, "--launcher", "local")
+    printed = tmp_path / "submitted.txt"
+    with printed.open("w") as out:  # not a pipe: the jobs, which outlive the command, hold its output too
+        code = subprocess.run([sys.executable, "-m", "blindheads", *command], stdout=out, stderr=subprocess.STDOUT,
+                              timeout=120).returncode  # fmt: skip
+    assert code == 0 and "2 queued, 0 running, 0 done, 0 failed of 2 runs" in printed.read_text(), printed.read_text()
+    book = json.loads((tmp_path / "runs-summary" / JOBS).read_text())
+    assert book["launcher"] == "local" and sorted(book["jobs"]) == ["alibi seed 0", "nope seed 0"]
+    assert all(job["tries"] == 1 for job in book["jobs"].values())
+    main([*command[: command.index("--")], "--wait", *command[command.index("--") :]])
+    results = json.loads((tmp_path / "runs-summary/results.json").read_text())
+    assert results["remaining"] == [] and [r["setup"] for r in results["runs"]] == ["alibi", "nope"]
+    assert {r["global_step"] for r in results["runs"]} == {3}
+    assert json.loads((tmp_path / "runs-summary" / JOBS).read_text()) == book, "no job submitted twice"
+
+
+@pytest.mark.slow
+def test_a_warned_job_saves_is_requeued_and_ends_equal_to_an_uninterrupted_run(tmp_path, jobs_see_the_tests, capsys):
+    steps = 12
+    uninterrupted = grid(tmp_path, "whole", ["alibi"], steps, "--launcher", "local")
+    part = uninterrupted.index("--")
+    main([*uninterrupted[:part], "--wait", *uninterrupted[part:]])
+    [straight] = json.loads((tmp_path / "whole-summary/results.json").read_text())["runs"]
+    command = grid(tmp_path, "warned", ["alibi"], steps, "--launcher", "local")
+    main(command)
+    assert not (tmp_path / "warned-summary/results.json").exists(), "submitted, not waited for"
+    run_dir = tmp_path / "warned/alibi/seed0"
+    deadline = time.monotonic() + 120
+    while not (run_dir / "reached").exists():
+        assert time.monotonic() < deadline, "the fit never reached step 3"
+        time.sleep(0.2)
+    job_id = json.loads((tmp_path / "warned-summary" / JOBS).read_text())["jobs"]["alibi seed 0"]["job_id"]
+    [task] = Path(f"/proc/{job_id}/task/{job_id}/children").read_text().split()  # the job's process, under submitit's
+    os.kill(int(task), signal.SIGUSR2)  # controller: the pre-emption warning SLURM sends it (--signal=USR2@N)
+    main([*command[:part], "--wait", *command[part:]])
+    [resumed] = json.loads((tmp_path / "warned-summary/results.json").read_text())["runs"]
+    log = (tmp_path / "warned/alibi/seed0.fit.log").read_text()
+    assert "resuming from" in log and log.count("--- blindheads fit, started") == 2, log[-3000:]
+    assert resumed.get("resumed") is True and resumed["global_step"] == straight["global_step"] == steps
+    loss, resumed_loss = straight["metrics"]["test/loss"], resumed["metrics"]["test/loss"]
+    print(f"test/loss uninterrupted {loss!r}, warned and resumed {resumed_loss!r}")
+    assert resumed["metrics"] == straight["metrics"], (loss, resumed_loss)
