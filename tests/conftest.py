@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from filelock import FileLock
+from support.launchers import jobs_see_the_tests  # noqa: F401 -- a fixture for the launcher tests
 from support.runs import run_cli, tiny_run_args
 
 from blindheads.datamodules.tokenizer import load_tokenizer

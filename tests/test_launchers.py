@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-import lightning as L
 import pytest
-from training_runs import REPO, TESTS
+from support.launchers import grid
+from support.runs import REPO
 
 from blindheads.cli import main
 from blindheads.experiments.driver import launchers
@@ -64,32 +64,6 @@ def test_the_grid_offers_both_launchers_and_refuses_hours_with_one(tmp_path, cap
     with pytest.raises(SystemExit, match="grid: error: --hours is for runs on this machine"):
         main(["grid", "--setups", "alibi", "--seeds", "0", "--runs", str(tmp_path / "runs"), "--launcher", "local",
               "--hours", "1"])  # fmt: skip
-
-
-class SlowSteps(L.Callback):
-    """Steps slow enough to be warned mid-fit: from step 3 on, 0.3 s each; ``reached`` written at step 3."""
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step >= 3:
-            (Path(trainer.log_dir) / "reached").touch()
-            time.sleep(0.3)
-
-
-def grid(tmp_path: Path, runs: str, setups: list[str], steps: int, *launcher: str) -> list[str]:
-    shrink = ["--callbacks.use", "[checkpoint, underflow, extrapolation]", "--callbacks.checkpoint.every_n_train_steps",
-              str(steps), "--callbacks.extrapolation.sequences", "2", "--data.batch_size", "2", "--data.val_windows", "2", "--trainer.max_steps", str(steps),
-              "--trainer.val_check_interval", str(steps), f"--trainer.callbacks+={__name__}.SlowSteps"]  # fmt: skip
-    return ["grid", "--config", str(REPO / "configs/experiments/laptop.yaml"), "--setups", *setups, "--seeds", "0",
-            "--runs", str(tmp_path / runs), *launcher, "--", "--data.cache_dir", str(tmp_path.parent / "cache"),
-            *shrink]  # fmt: skip
-
-
-@pytest.fixture
-def jobs_see_the_tests(monkeypatch, cache_dir, tmp_path):
-    """The jobs' fits import this module's callback; the builtin corpus beside ``tmp_path``."""
-    monkeypatch.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.setattr(launchers, "POLL_S", 1.0)
-    (tmp_path.parent / "cache").exists() or (tmp_path.parent / "cache").symlink_to(cache_dir)
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ import subprocess
 import time
 
 import pytest
-from test_launchers import grid, jobs_see_the_tests  # noqa: F401 -- its fixture, used below
-from training_runs import REPO
+from support.launchers import grid
+from support.runs import REPO
 
 from blindheads.cli import main
 from blindheads.experiments.driver import launchers

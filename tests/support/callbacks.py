@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -91,3 +93,12 @@ class DiskFullAtStep(L.Callback):
         if trainer.global_step == self.step:
             directory = trainer.checkpoint_callback.dirpath
             os.symlink("/dev/full", os.path.join(directory, f".last.ckpt.partial-{os.getpid()}"))
+
+
+class SlowSteps(L.Callback):
+    """Steps slow enough to be warned mid-fit: from step 3 on, 0.3 s each; ``reached`` written at step 3."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= 3:
+            (Path(trainer.log_dir) / "reached").touch()
+            time.sleep(0.3)
