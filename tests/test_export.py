@@ -14,7 +14,7 @@ from lm_eval import simple_evaluate
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 from test_backends import SPECS
-from training_runs import copy_run, run_cli, tiny_run_args
+from training_runs import REPO, copy_run, run_cli, tiny_run_args
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from blindheads.callbacks.lm_eval import LMEvalHarness
@@ -188,34 +188,23 @@ def test_adapter_greedy_generation_stops_at_until(adapter):
 
 
 def write_local_task(directory: Path) -> Path:
-    rows = [
-        {"question": "The sky is", "choices": [" blue.", " green."], "label": 0},
-        {"question": "The grass is", "choices": [" green.", " loud."], "label": 0},
-        {"question": "There and back", "choices": [" again.", " purple."], "label": 0},
-    ]
-    (directory / "tiny.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    (directory / "tiny.yaml").write_text(f"""task: tiny_choice
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {directory / "tiny.jsonl"}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{label}}}}"
-metric_list:
-  - metric: acc
-""")
+    """The shipped task with its data file's path made absolute, for a command run from another folder."""
+    task = (REPO / "configs/lm_eval/tiny_choice.yaml").read_text()
+    relative = "configs/lm_eval/tiny_choice.jsonl"
+    assert relative in task
+    (directory / "tiny_choice.yaml").write_text(task.replace(relative, str(REPO / relative)))
     return directory
 
 
 @pytest.mark.slow
-def test_a_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, tmp_path):
-    manager = TaskManager(include_path=str(write_local_task(tmp_path)))
+def test_the_shipped_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, monkeypatch):
+    """``configs/lm_eval/tiny_choice.yaml``, the offline task docs/export.md runs, from the repository's root."""
+    monkeypatch.chdir(REPO)
+    manager = TaskManager(include_path="configs/lm_eval")
     results = simple_evaluate(model=adapter, tasks=["tiny_choice"], task_manager=manager, bootstrap_iters=0)
     accuracy = results["results"]["tiny_choice"]["acc,none"]
-    rows = [json.loads(line) for line in (tmp_path / "tiny.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (REPO / "configs/lm_eval/tiny_choice.jsonl").read_text().splitlines()]
+    assert len(rows) == 8
     correct = [
         max(range(2), key=lambda c: direct_logprob(adapter, r["question"], r["choices"][c])) == r["label"] for r in rows
     ]
