@@ -53,8 +53,15 @@ def zero_share_by_distance(
     axis.set_ylabel("share of weights exactly zero")
     axis.set_ylim(-0.02, 1.02)
     axis.set_title(title)
-    if len(share) <= 16:
-        axis.legend(fontsize="small", ncol=2)
+    handles = axis.get_lines()[: len(share)] if len(share) <= 16 else []  # the heads, where a legend can hold them
+    for values, style, label in (
+        (predicted, ":", "predicted, normal threshold (subnormals flushed)"),
+        (predicted_subnormal, "--", "predicted, subnormal threshold (subnormals kept)"),
+    ):
+        if values is not None:
+            (proxy,) = axis.plot([], [], color="grey", linestyle=style, linewidth=1, label=label)
+            handles.append(proxy)
+    axis.legend(handles=handles, fontsize="small", ncol=2)
     figure.tight_layout()
     return figure
 

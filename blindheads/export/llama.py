@@ -4,7 +4,7 @@ needs no remote code and no blindheads where it loads."""
 
 from __future__ import annotations
 
-from torch import Tensor
+from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from blindheads.modules.config import DecoderConfig
@@ -32,6 +32,8 @@ def rope_theta(decoder: Decoder) -> float | None:
 
 def llama_config(config: DecoderConfig, theta: float, **kwargs) -> LlamaConfig:
     """The ``LlamaConfig`` of the same shape; the attention and MLP have no biases, the head size is the decoder's."""
+    assert config.hidden_size and config.mlp_size and config.num_layers and config.num_heads  # DecoderConfig fills
+    assert config.context_length  # its shape
     return LlamaConfig(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
@@ -71,4 +73,5 @@ def as_llama(decoder: Decoder, **config_kwargs) -> LlamaForCausalLM:
         raise ValueError(f"the decoder's weights do not fill a Llama: missing {missing}, unexpected {unexpected}")
     if decoder.config.tie_embeddings:
         model.tie_weights()
-    return model.to(decoder.embed.weight.dtype)
+    nn.Module.to(model, decoder.embed.weight.dtype)  # the decoder's dtype (transformers' wrapped ``to`` confuses mypy)
+    return model
