@@ -242,3 +242,20 @@ def test_the_head_table_names_the_threshold_the_measurement_matches(model_dirs):
     assert "matches the subnormal threshold" in lines[-1] and "kept subnormals" in lines[-1], lines
     swapped = {"normal": predicted["subnormal"], "subnormal": predicted["normal"]}
     assert "matches the normal threshold" in head_table(longest, swapped)[-1]
+
+
+def test_the_probe_figure_names_its_prediction_lines():
+    from blindheads.evaluation.figures import zero_share_by_distance
+    from blindheads.evaluation.underflow import ZeroStatistics
+
+    zeros = torch.zeros(2, 64, dtype=torch.float64)
+    zeros[0, 40:] = 1
+    layer = ZeroStatistics(zeros, torch.ones(64, dtype=torch.float64), torch.tensor([39, 63]))
+    figure = zero_share_by_distance([layer], torch.tensor([35.0, math.inf]), torch.tensor([41.0, math.inf]))
+    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert labels == [
+        "head 0",
+        "head 1",
+        "predicted, normal threshold (subnormals flushed)",
+        "predicted, subnormal threshold (subnormals kept)",
+    ]
