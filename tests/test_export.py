@@ -14,8 +14,8 @@ from lm_eval import simple_evaluate
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 from support.backends import BACKEND_SPECS
-from support.runs import copy_run, run_cli, tiny_run_args
-from transformers import AutoModelForCausalLM
+from support.runs import REPO, copy_run, run_cli, tiny_run_args
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from blindheads.callbacks.lm_eval import LMEvalHarness
 from blindheads.datamodules.tokenizer import load_tokenizer
@@ -32,10 +32,14 @@ def checkpoint_of(model: DecoderLM, path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("spec", BACKEND_SPECS)
-def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
+def tiny_model(spec: str) -> DecoderLM:
     torch.manual_seed(0)
-    model = DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()
+    return DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()
+
+
+@pytest.mark.parametrize("spec", [spec for spec in BACKEND_SPECS if not spec.startswith("rope")])  # RoPE: a Llama, below
+def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
+    model = tiny_model(spec)
     with torch.no_grad():  # make learnable slopes differ from their initial values
         for name, parameter in model.named_parameters():
             if "log_slopes" in name:
@@ -45,6 +49,52 @@ def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
     tokens = torch.randint(0, 512, (2, 48))
     with torch.no_grad():
         torch.testing.assert_close(loaded(tokens).logits, model(tokens), rtol=0, atol=0)
+
+
+LLAMA_TOLERANCE = 1e-4  # measured: max |logit diff| 3.5e-6 (rope) and 4.5e-6 (rope(500.0)), logits up to 4.5
+
+
+@pytest.mark.parametrize("spec", ["rope", "rope(500.0)"])
+def test_a_rope_decoder_exports_as_a_plain_llama(spec, tmp_path):
+    """No remote code: config.json says llama, the weights are Llama's names, transformers alone builds a
+    ``LlamaForCausalLM`` whose logits equal the decoder's within float rounding (attention kernels differ). The
+    control: the same folder loaded with a wrong RMSNorm epsilon is far outside the tolerance."""
+    model = tiny_model(spec)
+    out = export(checkpoint_of(model, tmp_path / "model.ckpt"), tmp_path / "hf")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "llama" and config["architectures"] == ["LlamaForCausalLM"]
+    assert "auto_map" not in config and not list(out.glob("*.py"))
+    assert config["rope_parameters"]["rope_theta"] == (500.0 if "500" in spec else 10000.0)
+    tokens = torch.randint(0, 512, (2, 48))
+    with torch.no_grad():
+        expected = model(tokens)
+        loaded = AutoModelForCausalLM.from_pretrained(out).eval()
+        assert type(loaded) is LlamaForCausalLM
+        difference = (loaded(tokens).logits - expected).abs().max().item()
+        wrong_eps = AutoModelForCausalLM.from_pretrained(out, rms_norm_eps=0.5).eval()
+        control = (wrong_eps(tokens).logits - expected).abs().max().item()
+    assert difference < LLAMA_TOLERANCE < control, (difference, control)
+
+
+@pytest.mark.slow
+def test_an_exported_llama_loads_where_blindheads_cannot_be_imported(tmp_path):
+    out = export(checkpoint_of(tiny_model("rope"), tmp_path / "model.ckpt"), tmp_path / "hf")
+    tokens = torch.randint(0, 512, (1, 32))
+    torch.save(tokens, tmp_path / "tokens.pt")
+    script = (  # -I: no PYTHONPATH, no working directory; blindheads made unimportable even if installed
+        "import sys; sys.modules['blindheads'] = None\n"
+        "import torch\nfrom transformers import AutoModelForCausalLM\n"
+        f"model = AutoModelForCausalLM.from_pretrained({str(out)!r}).eval()\n"
+        f"with torch.no_grad(): torch.save(model(torch.load({str(tmp_path / 'tokens.pt')!r})).logits, "
+        f"{str(tmp_path / 'logits.pt')!r})\n"
+        "print(type(model).__name__)"
+    )
+    result = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "LlamaForCausalLM"
+    with torch.no_grad():
+        expected = tiny_model("rope")(tokens)
+    assert (torch.load(tmp_path / "logits.pt") - expected).abs().max().item() < LLAMA_TOLERANCE
 
 
 @pytest.mark.slow
@@ -138,34 +188,23 @@ def test_adapter_greedy_generation_stops_at_until(adapter):
 
 
 def write_local_task(directory: Path) -> Path:
-    rows = [
-        {"question": "The sky is", "choices": [" blue.", " green."], "label": 0},
-        {"question": "The grass is", "choices": [" green.", " loud."], "label": 0},
-        {"question": "There and back", "choices": [" again.", " purple."], "label": 0},
-    ]
-    (directory / "tiny.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    (directory / "tiny.yaml").write_text(f"""task: tiny_choice
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {directory / "tiny.jsonl"}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{label}}}}"
-metric_list:
-  - metric: acc
-""")
+    """The shipped task with its data file's path made absolute, for a command run from another folder."""
+    task = (REPO / "configs/lm_eval/tiny_choice.yaml").read_text()
+    relative = "configs/lm_eval/tiny_choice.jsonl"
+    assert relative in task
+    (directory / "tiny_choice.yaml").write_text(task.replace(relative, str(REPO / relative)))
     return directory
 
 
 @pytest.mark.slow
-def test_a_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, tmp_path):
-    manager = TaskManager(include_path=str(write_local_task(tmp_path)))
+def test_the_shipped_local_task_runs_and_scores_as_its_loglikelihoods_say(adapter, monkeypatch):
+    """``configs/lm_eval/tiny_choice.yaml``, the offline task docs/export.md runs, from the repository's root."""
+    monkeypatch.chdir(REPO)
+    manager = TaskManager(include_path="configs/lm_eval")
     results = simple_evaluate(model=adapter, tasks=["tiny_choice"], task_manager=manager, bootstrap_iters=0)
     accuracy = results["results"]["tiny_choice"]["acc,none"]
-    rows = [json.loads(line) for line in (tmp_path / "tiny.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (REPO / "configs/lm_eval/tiny_choice.jsonl").read_text().splitlines()]
+    assert len(rows) == 8
     correct = [
         max(range(2), key=lambda c: direct_logprob(adapter, r["question"], r["choices"][c])) == r["label"] for r in rows
     ]

@@ -209,3 +209,53 @@ def test_an_export_whose_config_does_not_fit_its_weights_is_one_line(trained_run
     message = refusal(["probe", "--model", str(tmp_path / "hf"), "--lengths", "64", "--out", str(tmp_path / "p")])
     assert message.startswith(f"blindheads probe: error: {tmp_path / 'hf'}") and problem in message, message
     assert "\n" not in message and not (tmp_path / "p").exists()
+
+
+def test_a_model_folder_without_tokenizer_files_is_one_line(model_dirs, tmp_path):
+    for file in ("config.json", "model.safetensors"):
+        (tmp_path / file).write_bytes((model_dirs / "bloom" / file).read_bytes())
+    with pytest.raises(
+        ValueError, match=r"^model folder .* has no tokenizer files \(tokenizer\.json, .*save_pretrained"
+    ):
+        load_published(str(tmp_path))
+
+
+def test_the_head_table_names_the_threshold_the_measurement_matches(model_dirs):
+    """A bias-dominated BLOOM on this CPU (eager float32 softmax keeps subnormals): each head's measured blind
+    distance beside both predictions, and the subnormal one named; the control swaps the two predictions."""
+    from blindheads.probes.outputs import head_table
+    from blindheads.probes.published import LayerStatistics, predicted_blind_distances
+
+    model, _ = load_published(str(model_dirs / "bloom"))
+    bias_only(model)
+    length = 2048
+    longest = LayerStatistics(length, measure(model, torch.randint(0, 4096, (1, length))))
+    predicted = predicted_blind_distances(score_path(model), "float32")
+    lines = head_table(longest, predicted)
+    assert lines[1].split() == ["head", "measured", "predicted", "normal", "predicted", "subnormal"]
+    assert len(lines) == 2 + HEADS + 1
+    measured = torch.stack([s.blind_distance for s in longest.layers]).min(0).values
+    blind = measured < length
+    assert blind.any()
+    for head in torch.nonzero(blind).flatten().tolist():
+        assert lines[2 + head].split()[:2] == [str(head), f"{measured[head]:.0f}"]
+    assert "matches the subnormal threshold" in lines[-1] and "kept subnormals" in lines[-1], lines
+    swapped = {"normal": predicted["subnormal"], "subnormal": predicted["normal"]}
+    assert "matches the normal threshold" in head_table(longest, swapped)[-1]
+
+
+def test_the_probe_figure_names_its_prediction_lines():
+    from blindheads.evaluation.figures import zero_share_by_distance
+    from blindheads.evaluation.underflow import ZeroStatistics
+
+    zeros = torch.zeros(2, 64, dtype=torch.float64)
+    zeros[0, 40:] = 1
+    layer = ZeroStatistics(zeros, torch.ones(64, dtype=torch.float64), torch.tensor([39, 63]))
+    figure = zero_share_by_distance([layer], torch.tensor([35.0, math.inf]), torch.tensor([41.0, math.inf]))
+    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert labels == [
+        "head 0",
+        "head 1",
+        "predicted, normal threshold (subnormals flushed)",
+        "predicted, subnormal threshold (subnormals kept)",
+    ]

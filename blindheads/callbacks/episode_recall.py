@@ -60,7 +60,9 @@ class Measured(NamedTuple):
 
 
 class EpisodeRecall(PeriodicEvaluation):
-    """Every ``every_n_steps``, on ``samples`` held-out episodes per point (the mix's templates over held-out text;
+    """Recall of a fact on held-out episodes, by gap within the window and by distance beyond it.
+
+    Every ``every_n_steps``, on ``samples`` held-out episodes per point (the mix's templates over held-out text;
     the data module's ``retrieval_mix``, else the default mix), drawn by ``seed`` (``None``: the run's, which
     ``seed_everything`` sets; rank 0's on every rank): each seed of a grid answers its own episodes. The points: each
     of ``gaps`` (tokens of text between fact and recall, the whole episode in one training window:

@@ -17,7 +17,9 @@ from blindheads.modules.lm import DecoderLM
 
 
 class LengthExtrapolation(PeriodicEvaluation):
-    """Every ``every_n_steps`` steps and at ``validate``/``test``: held-out loss (natural text, no episodes) at
+    """Held-out loss at multiples of the training length, overall and by position.
+
+    Every ``every_n_steps`` steps and at ``validate``/``test``: held-out loss (natural text, no episodes) at
     ``factors`` x the training length, overall and per bucket of one training length of positions
     (``extrapolation/4x/bucket2`` is the loss on positions 2L..3L-1 of 4L-token sequences); with ``position_bucket``
     (tokens), also per bucket of that many positions at the training length (``extrapolation/1x/at32``: positions

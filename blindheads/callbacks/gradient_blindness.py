@@ -20,7 +20,9 @@ from blindheads.modules.lm import DecoderLM
 
 
 class GradientBlindness(PeriodicEvaluation):
-    """On ``batch_size`` held-out windows of the training length, one forward and backward pass with the eager
+    """Per head, where the gradient goes blind beside the weights, and the gradient of learned position parameters.
+
+    On ``batch_size`` held-out windows of the training length, one forward and backward pass with the eager
     backend and its softmax in the training precision; logs per layer x head (see ``GradientStatistics``):
 
     - ``grad_zero_given_zero_weight/...``: share of zero weights whose logit gradient is zero (must be 1);

@@ -13,7 +13,9 @@ from blindheads.evaluation.tags import loss_tag
 
 
 class ProgressLines(L.Callback):
-    """Every ``every_n_steps`` optimizer steps, on rank 0: ``step 100/300  loss 4.512  1.20 s/step  eta 4.0 min``,
+    """One progress line every ``every_n_steps`` optimizer steps: loss, seconds a step and an ETA.
+
+    Every ``every_n_steps`` optimizer steps, on rank 0: ``step 100/300  loss 4.512  1.20 s/step  eta 4.0 min``,
     and ``+ 31 s evaluating`` where the periodic evaluations took time since the last line. A step's time is the
     median of the steps since the last line, so an evaluation (a few long steps) moves neither it nor the ETA."""
 

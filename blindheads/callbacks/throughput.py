@@ -15,7 +15,9 @@ def _tokens(windows) -> int:
 
 
 class TokenThroughput(ThroughputMonitor):
-    """``ThroughputMonitor`` for batches of token windows (``train/device/items_per_sec`` is tokens/s); MFU uses the
+    """Tokens a second and MFU, logged as Lightning's ``ThroughputMonitor`` logs them.
+
+    ``ThroughputMonitor`` for batches of token windows (``train/device/items_per_sec`` is tokens/s); MFU uses the
     module's ``flops_per_batch``."""
 
     def __init__(self, window_size: int = 50) -> None:

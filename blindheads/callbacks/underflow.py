@@ -35,7 +35,9 @@ from blindheads.modules.lm import DecoderLM
 
 
 class UnderflowMonitor(PeriodicEvaluation):
-    """On a fixed held-out batch at ``length_factors`` x the training length, runs every layer with the eager
+    """Per head, the share of causal attention weights that are exactly zero, measured vs predicted.
+
+    On a fixed held-out batch at ``length_factors`` x the training length, runs every layer with the eager
     backend and its softmax in the training precision, and logs per layer x head:
 
     - ``underflow/layer{l}/head{h}``: share of causal weights exactly zero at the training length, and

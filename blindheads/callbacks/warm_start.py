@@ -18,7 +18,9 @@ POSITION = "position."  # the position stack's keys: always the run's own
 
 
 class WarmStart(L.Callback):
-    """At the start of a fit that does not resume, the decoder's weights are those of checkpoint ``ckpt_path``
+    """Start a fit from another checkpoint's weights (weights only).
+
+    At the start of a fit that does not resume, the decoder's weights are those of checkpoint ``ckpt_path``
     (weights only: its optimizer state, step, schedule and data position are not taken, so the fit's own schedule
     starts at step 0). ``{seed}`` in the path is the run's seed, so each seed of a grid starts from its own.
 

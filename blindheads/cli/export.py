@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from blindheads.arguments import Parser
 from blindheads.export.directory import export
@@ -20,8 +21,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     out = export(args.ckpt_path, args.out, args.tokenizer)
-    print(
-        f"exported {args.ckpt_path} to {out}/\nload it with: import blindheads.export.hf, then "
-        f"AutoModelForCausalLM.from_pretrained({str(out)!r}) and AutoTokenizer.from_pretrained({str(out)!r}); or "
-        "pass trust_remote_code=True to both"
-    )
+    if json.loads((out / "config.json").read_text()).get("model_type") == "llama":
+        how = "transformers alone: AutoModelForCausalLM.from_pretrained({0!r}) (a LlamaForCausalLM)"
+    else:
+        how = (
+            "import blindheads.export.hf, then AutoModelForCausalLM.from_pretrained({0!r}) and "
+            "AutoTokenizer.from_pretrained({0!r}); or pass trust_remote_code=True to both"
+        )
+    print(f"exported {args.ckpt_path} to {out}/\nload it with: " + how.format(str(out)))

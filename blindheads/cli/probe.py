@@ -9,7 +9,7 @@ import torch
 
 from blindheads.arguments import Parser
 from blindheads.numerics import DTYPES
-from blindheads.probes.outputs import write_outputs
+from blindheads.probes.outputs import head_table, write_outputs
 from blindheads.probes.published import probe
 
 
@@ -39,4 +39,5 @@ def main(argv: list[str]) -> dict:
         print(
             f"  {r.length:>6} tokens: {shares.mean():.2%} of causal weights exactly zero (max head {shares.max():.2%})"
         )
+    print("\n".join(head_table(results[-1], predicted)))
     return summary

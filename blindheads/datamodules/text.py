@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 
 
 class TextData(L.LightningDataModule):
-    """Token windows of ``seq_len + 1`` tokens from FineWeb-Edu (``source="hub"``), local files (``"files"``) or the
+    """The data: token windows of ``seq_len + 1`` tokens from the Hub, local files or the builtin corpus.
+
+    Token windows of ``seq_len + 1`` tokens from FineWeb-Edu (``source="hub"``), local files (``"files"``) or the
     offline builtin corpus (``"builtin"``).
 
     The order is fixed by the files, ``shuffle_files_seed`` (``None``: no shuffling), the world size and

@@ -44,8 +44,10 @@ def zero_share_by_distance(
     blindness distance (``normal`` threshold), dashed ones the ``subnormal`` prediction when given."""
     share = mean_zero_share_by_distance(layers).numpy()
     figure, axis = _figure(7, 4)
+    lines = []
     for head, row in enumerate(share):
         (line,) = axis.plot(row, label=f"head {head}")
+        lines.append(line)
         for values, style in ((predicted, ":"), (predicted_subnormal, "--")):
             if values is not None and math.isfinite(values[head]) and values[head] < len(row):
                 axis.axvline(float(values[head]), color=line.get_color(), linestyle=style, linewidth=1)
@@ -53,8 +55,15 @@ def zero_share_by_distance(
     axis.set_ylabel("share of weights exactly zero")
     axis.set_ylim(-0.02, 1.02)
     axis.set_title(title)
-    if len(share) <= 16:
-        axis.legend(fontsize="small", ncol=2)
+    handles = lines if len(lines) <= 16 else []  # the heads, where a legend can hold them
+    for values, style, label in (
+        (predicted, ":", "predicted, normal threshold (subnormals flushed)"),
+        (predicted_subnormal, "--", "predicted, subnormal threshold (subnormals kept)"),
+    ):
+        if values is not None:
+            (proxy,) = axis.plot([], [], color="grey", linestyle=style, linewidth=1, label=label)
+            handles.append(proxy)
+    axis.legend(handles=handles, fontsize="small", ncol=2)
     figure.tight_layout()
     return figure
 

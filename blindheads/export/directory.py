@@ -11,6 +11,7 @@ from blindheads.checkpoints.reading import load_checkpoint
 from blindheads.checkpoints.rebuild import checkpoint_tokenizer, decoder_config
 from blindheads.disk import DiskFull, no_space
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
+from blindheads.export.llama import as_llama, rope_theta
 
 REMOTE_CODE = {
     "configuration_blindheads.py": "from blindheads.export.hf import BlindheadsConfig  # noqa: F401\n",
@@ -19,11 +20,12 @@ REMOTE_CODE = {
 
 
 def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None) -> Path:
-    """Write config, safetensors weights, the tokenizer and the remote-code stubs for ``AutoModelForCausalLM`` into
-    ``out``, a new or empty directory (an export never overwrites another's files); the tokenizer is the run's own
-    (``checkpoint_tokenizer``), or ``tokenizer``. The checkpoint's decoder config is checked against its weights before
-    a model is built. A full disk ends it in one line. The files are written into a
-    folder beside ``out`` and renamed into place whole: an export killed part-way leaves no ``out`` to mistake for a
+    """Write config, safetensors weights and the tokenizer into ``out``, a new or empty directory (an export never
+    overwrites another's files). A decoder whose position stack is RoPE alone is written as a plain transformers
+    ``LlamaForCausalLM`` (no remote code); any other with the remote-code stubs for ``AutoModelForCausalLM``. The
+    tokenizer is the run's own (``checkpoint_tokenizer``), or ``tokenizer``. The checkpoint's decoder config is
+    checked against its weights before a model is built. A full disk ends it in one line. The files are written into
+    a folder beside ``out`` and renamed into place whole: an export killed part-way leaves no ``out`` to mistake for a
     model, and the next export removes what it left."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -47,12 +49,16 @@ def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None)
         raise ValueError(
             f"checkpoint {ckpt_path} does not match its decoder: missing {missing}, unexpected {unexpected}"
         )
+    llama = rope_theta(model.decoder) is not None
     staging = staging_path(out)
     try:
         remove_debris(out.parent, out.name)
-        model.save_pretrained(staging)
-        for name, source in REMOTE_CODE.items():
-            (staging / name).write_text(source)
+        if llama:  # a standard checkpoint: transformers alone loads it
+            as_llama(model.decoder).save_pretrained(staging)
+        else:
+            model.save_pretrained(staging)
+            for name, source in REMOTE_CODE.items():
+                (staging / name).write_text(source)
         loaded = checkpoint_tokenizer(checkpoint, tokenizer)
         if loaded is not None:
             loaded.save_pretrained(staging)

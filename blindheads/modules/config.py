@@ -17,8 +17,42 @@ SHAPE = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size", "
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """A Llama-style decoder: pre-norm blocks of RMSNorm, attention with optional grouped KV heads, SwiGLU. Its shape
-    comes from a preset (``size``) except where a value is given: a value given always wins over the preset's."""
+    """The decoder: Llama-style pre-norm blocks (RMSNorm, attention with optional grouped KV heads, SwiGLU).
+
+    Its shape comes from a preset (``size``) except where a value is given: a value given always wins over the
+    preset's.
+
+    Args:
+        vocab_size: Token ids the embedding holds; the CLI links it from the data module's tokenizer.
+        hidden_size: Width of the residual stream (not given: the ``size`` preset's).
+        num_layers: Number of decoder blocks (not given: the ``size`` preset's).
+        num_heads: Attention heads per block; ``hidden_size / num_heads`` must be even (not given: the preset's).
+        num_kv_heads: Key/value heads per block, dividing ``num_heads`` (grouped-query attention); not given:
+            ``num_heads`` when that is given, else the preset's.
+        mlp_size: Hidden width of each SwiGLU feed-forward layer (not given: the ``size`` preset's).
+        context_length: Longest sequence the model is built for; ``data.seq_len`` may not exceed it (not given: the
+            preset's).
+        init_std: Standard deviation of the initial weights, in (0, 1] (not given: the ``size`` preset's).
+        norm_eps: Epsilon of every RMSNorm.
+        tie_embeddings: Share the input embedding with the output projection.
+        position: The position stack: components joined by ``+``, each ``NAME`` or ``NAME(ARGS)``, e.g.
+            ``alibi(wide)+clamp+log_distance``, or a YAML list of such entries. Components: alibi, clamp, fire,
+            kerple_log, kerple_power, log_distance, nope, rope, sliding_window, soft_cap, step, t5_buckets
+            (docs/positions.md). Ready-made stacks: ``--config configs/position/NAME.yaml`` with NAME one of alibi,
+            alibi_learnable, alibi_zero_free, clamp, clamp_log_distance, fire, kerple_log, kerple_power,
+            log_distance, mpt, nope, robust, robust_clamp, rope, safe, sliding_window, soft_cap, soft_cap_before,
+            steep, t5_buckets, wide, wide_clamp, wide_clamp_log_distance.
+        attention: The attention kernel: ``auto`` (``flex`` on CUDA, else ``sdpa``), ``flex`` (FlexAttention; trains
+            only on CUDA), ``sdpa`` or ``eager`` (the weights materialised, as the measurements use).
+        softmax_dtype: The dtype the eager backend's softmax computes in.
+        dtype: The precision attention trains in; the default clamp floor and the slope presets chosen by blindness
+            distance (steep, safe, wide, robust) are computed for it. ``--trainer.precision`` must compute in it.
+        threshold: How the kernels treat subnormals: ``normal`` (flushed to zero, as fused GPU kernels do: a weight
+            below the smallest normal float is 0) or ``subnormal`` (kept: only a weight below half the smallest
+            subnormal is 0).
+        size: A preset shape (``smollm-148m`` or ``tiny``; not given: ``smollm-148m``) filling the shape fields not
+            given, so a YAML file can name a size instead of restating it (configs/size/tiny.yaml).
+    """
 
     vocab_size: int = 49152
     # The shape: ``None`` takes the ``size`` preset's value; a value given wins over the preset's.

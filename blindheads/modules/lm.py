@@ -41,11 +41,26 @@ def check_options(options: dict, prefix: str = "") -> None:
 
 
 class DecoderLM(L.LightningModule):
-    """Next-token prediction with AdamW (lr 3e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.01 on matrices) and a
-    ``cosine`` or ``wsd`` schedule whose length is ``trainer.max_steps``.
+    """The model: a decoder trained on next-token prediction with AdamW and a warmup-then-decay schedule.
 
-    ``compile=True`` compiles each block (not the LightningModule, whose logging breaks graphs). ``vocab_size`` is
-    linked from the data module's tokenizer by the CLI.
+    The optimiser recipe is SmolLM's: AdamW (lr 3e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.01 on matrices) and a
+    ``cosine`` or ``wsd`` schedule whose length is ``trainer.max_steps``. ``vocab_size`` is linked from the data
+    module's tokenizer by the CLI.
+
+    Args:
+        decoder: The decoder's shape, position stack and numerics (the ``--model.decoder.*`` options).
+        lr: Peak learning rate of AdamW, reached at the end of warmup.
+        betas: AdamW's two moment decay rates, each in [0, 1).
+        eps: AdamW's epsilon (added to the denominator).
+        weight_decay: AdamW's decoupled weight decay, applied to matrices only (not to norms or biases).
+        schedule: The learning-rate schedule after warmup: ``cosine`` (down to ``min_lr_ratio`` at
+            ``trainer.max_steps``) or ``wsd`` (warmup-stable-decay: constant, then a ``1 - sqrt`` cooldown over the
+            last ``decay_fraction`` of the steps).
+        warmup_steps: Optimizer steps of linear warmup from 0 to ``lr``.
+        decay_fraction: For ``wsd``: the fraction of ``trainer.max_steps`` spent cooling down, in [0, 1].
+        min_lr_ratio: The final learning rate as a fraction of ``lr``, in [0, 1].
+        compile: Compile each decoder block with ``torch.compile`` (not the LightningModule, whose logging breaks
+            graphs).
     """
 
     # buffers, registered in __init__

@@ -47,3 +47,34 @@ def write_outputs(out: Path, summary: dict, results: list[LayerStatistics], pred
     title = f"{summary['model']} ({summary['dtype']}, {longest.length} tokens)"
     zero_share_by_distance(longest.layers, normal, subnormal, title).savefig(out / "measured_vs_predicted.png", dpi=120)
     zero_share_heatmap(longest.layers, title).savefig(out / "zero_share_heatmap.png", dpi=120)
+
+
+def head_table(longest: LayerStatistics, predicted: dict[str, list[float]]) -> list[str]:
+    """Per head at the longest length: the measured blind distance (the nearest over layers: from there on some
+    layer's head gives every key exactly 0; ``-`` where none did within the length) beside the predicted one in each
+    threshold mode, and a last line naming the mode the measurement matches (the nearer prediction in more heads)."""
+    measured = torch.stack([s.blind_distance for s in longest.layers]).min(0).values.tolist()
+    modes = [mode for mode in ("normal", "subnormal") if mode in predicted]
+
+    def shown(value: float) -> str:
+        return f"{value:.0f}" if math.isfinite(value) and value < longest.length else "-"
+
+    lines = [f"  {longest.length} tokens, blind distance per head (tokens; '-': not within the length):",
+             "    head  measured  " + "  ".join(f"{f'predicted {mode}':>19}" for mode in modes)]  # fmt: skip
+    nearer = dict.fromkeys(modes, 0)
+    for head, distance in enumerate(measured):
+        row = [predicted[mode][head] for mode in modes]
+        lines.append(f"    {head:>4}  {shown(distance):>8}  " + "  ".join(f"{shown(v):>19}" for v in row))
+        seen = [v if math.isfinite(v) and v < longest.length else math.inf for v in row]
+        if math.isfinite(distance) and any(math.isfinite(v) for v in seen):
+            nearer[modes[min(range(len(modes)), key=lambda i: abs(seen[i] - distance))]] += 1
+    compared = sum(nearer.values())
+    if not compared:
+        lines.append("  no head is blind within the length where a prediction says it should be: no threshold matched")
+    else:
+        best = max(nearer, key=nearer.__getitem__)
+        lines.append(
+            f"  the measurement matches the {best} threshold (nearer in {nearer[best]} of {compared} heads blind on "
+            f"both counts): its softmax {'kept' if best == 'subnormal' else 'flushed'} subnormals"
+        )
+    return lines

@@ -30,6 +30,9 @@ if TYPE_CHECKING:  # for annotations only
     from blindheads.modules.decoder import Block
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
 def load_published(name: str, dtype: str = "float32"):
     """Model (eager attention, eval mode) and tokenizer from a local directory (a blindheads export too), the Hub's
     cache, or the Hub, asked first whether it is reachable."""
@@ -38,6 +41,11 @@ def load_published(name: str, dtype: str = "float32"):
     import blindheads.export.hf  # registers exported blindheads models: no remote code, no prompt
 
     local = Path(name).exists()
+    if local and Path(name).is_dir() and not any((Path(name) / file).exists() for file in TOKENIZER_FILES):
+        raise ValueError(
+            f"model folder {name} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): save the model's tokenizer "
+            "beside it (tokenizer.save_pretrained(FOLDER))"
+        )
     if local and _model_type(Path(name)) == "blindheads":
         blindheads.export.hf.check_export(Path(name))
     if not local:
