@@ -37,7 +37,9 @@ def tiny_model(spec: str) -> DecoderLM:
     return DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()
 
 
-@pytest.mark.parametrize("spec", [spec for spec in BACKEND_SPECS if not spec.startswith("rope")])  # RoPE: a Llama, below
+@pytest.mark.parametrize(
+    "spec", [spec for spec in BACKEND_SPECS if not spec.startswith("rope")]
+)  # RoPE: a Llama, below
 def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
     model = tiny_model(spec)
     with torch.no_grad():  # make learnable slopes differ from their initial values
