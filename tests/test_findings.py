@@ -90,6 +90,9 @@ def test_a_pilot_of_one_seed_gives_its_rows_as_evidence_and_no_verdict(tmp_path)
     found = findings(tmp_path, records(seeds=1, blind_by=256.0))
     assert {f.verdict for f in found.values()} == {"no verdict: one seed"}
     assert "alibi capped - alibi at 4x: +0.70 [one seed], 1/0/0 seeds" in found[4].evidence
+    two = findings(tmp_path, records(seeds=2, blind_by=256.0))  # an interval of 1 degree of freedom: no verdict yet
+    assert {f.verdict for f in two.values()} == {"no verdict: 2 seeds of the 3 a verdict needs"}
+    assert "alibi capped - alibi at 4x: +0.70 [" in two[4].evidence
 
 
 def test_blindness_inside_the_window_counts_and_a_trained_zero_free_arm_decides(tmp_path):

@@ -44,6 +44,7 @@ from blindheads.evaluation.attribution import CARRIES
 from blindheads.evaluation.tags import distance_point
 from blindheads.experiments.grid.comparisons import BASELINE, CAPPED, FLOORED, REFERENCE, REGIME, ZERO_FREE
 from blindheads.experiments.grid.losses import MINOR, minor
+from blindheads.experiments.grid.retrieval_comparisons import MIN_SEEDS
 
 SLOPE_SCHEMES = ("steep", "safe", "wide", "robust")
 LOG_DISTANCES = ("log_distance", "clamp_log_distance", "wide_clamp_log_distance")  # log_distance: the change alone
@@ -123,8 +124,10 @@ def judge(
         _separable(rows, beyond),
         _benchmarks(losses),
     ]
-    if comparisons.empty or comparisons["seeds"].max() < 2:  # a pilot: its rows are evidence, never a verdict
-        return [Finding(f.number, f.claim, "no verdict: one seed", f.evidence) for f in found]
+    seeds = 0 if comparisons.empty else int(comparisons["seeds"].max())
+    if seeds < MIN_SEEDS:  # a pilot or a grid's first parts: its rows are evidence, never a verdict
+        few = "one seed" if seeds <= 1 else f"{seeds} seeds of the {MIN_SEEDS} a verdict needs"
+        return [Finding(f.number, f.claim, f"no verdict: {few}", f.evidence) for f in found]
     return found
 
 
