@@ -23,7 +23,7 @@ from blindheads.modules.schedules import lr_multiplier
 CONFIGS = sorted(
     str(p.relative_to(REPO))
     for p in (REPO / "configs").rglob("*.yaml")
-    if p.parent.name not in ("callbacks", "strategies")
+    if p.parent.name not in ("callbacks", "strategies", "launcher", "lm_eval")  # those are no fit configs
 )
 
 
