@@ -14,8 +14,9 @@ import statistics
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
+from blindheads.export.llama import llama_config
 from blindheads.modules import Decoder, DecoderConfig
 from blindheads.numerics import apply_threshold
 
@@ -59,20 +60,8 @@ def median_step_seconds(models: dict[str, torch.nn.Module], tokens: torch.Tensor
 
 
 def llama_like(config: DecoderConfig) -> LlamaForCausalLM:
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=config.vocab_size,
-            hidden_size=config.hidden_size,
-            intermediate_size=config.mlp_size,
-            num_hidden_layers=config.num_layers,
-            num_attention_heads=config.num_heads,
-            num_key_value_heads=config.num_kv_heads,
-            tie_word_embeddings=True,
-            attn_implementation="sdpa",
-            max_position_embeddings=config.context_length,
-            rope_theta=10000.0,
-        )
-    )
+    """transformers' Llama of the same shape (the export's mapping), with RoPE and SDPA attention."""
+    return LlamaForCausalLM(llama_config(config, 10000.0, attn_implementation="sdpa"))
 
 
 def main() -> None:
