@@ -43,18 +43,18 @@ class PeriodicEvaluation(L.Callback):
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if trainer.state.fn == "validate":
-            self._named(trainer, pl_module, "validate")
+            self._named(trainer, pl_module, "validate", "val/")
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
-        self._named(trainer, pl_module, "test")
+        self._named(trainer, pl_module, "test", "test/")
 
-    def _named(self, trainer: L.Trainer, pl_module: DecoderLM, command: str) -> None:
+    def _named(self, trainer: L.Trainer, pl_module: DecoderLM, command: str, prefix: str) -> None:
         """``evaluate`` after ``validate``/``test``, with a line naming it and, once done, its time: an evaluation can
         take minutes, and nothing else is printed meanwhile. (During fit the progress lines name evaluation time.)"""
         start = time.monotonic()
         if trainer.is_global_zero:
             print(f"{command}: {type(self).__name__} ...", end="", flush=True)
-        self.evaluate(trainer, pl_module, prefix={"validate": "val/", "test": "test/"}[command])
+        self.evaluate(trainer, pl_module, prefix=prefix)
         if trainer.is_global_zero:
             print(f" {time.monotonic() - start:.0f} s", flush=True)
 

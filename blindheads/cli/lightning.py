@@ -97,7 +97,8 @@ class BlindheadsCLI(LightningCLI):
         bar = [] if not shows_a_progress_bar(trainer_config, configured) else [StepProgressBar()]
         callbacks = [*self.safety.first_callbacks(), *configured, *bar, TensorBoardLayout(),
                      *self.safety.last_callbacks(), self.results]  # fmt: skip
-        plugins = [self.safety.io, *(plugins if isinstance(plugins, list) else [plugins]), *submitit_slurm(plugins)]
+        listed = plugins if isinstance(plugins, list) else [plugins]
+        plugins = [self.safety.io, *listed, *submitit_slurm(listed)]
         trainer = super().instantiate_trainer(**{"callbacks": callbacks, "plugins": plugins, **kwargs})
         requested = self._section(self.config).get("trainer", {}).get("precision") or "32-true"
         check_trainer_precision(str(requested), trainer.precision, self.model.config.dtype)
@@ -193,11 +194,10 @@ def short_error(subcommand: str, error: Exception, most_lines: int = 8) -> str:
                       f"see: blindheads {subcommand} --help"])  # fmt: skip
 
 
-def submitit_slurm(plugins) -> list:
+def submitit_slurm(listed: list) -> list:
     """A job of ``--launcher slurm`` (``experiments.driver.launchers``: submitit sets ``SUBMITIT_EXECUTOR``) has one
     requeue owner, submitit: Lightning's SLURM environment without its own SIGUSR1 requeue, where no cluster
-    environment is configured."""
-    listed = plugins if isinstance(plugins, list) else [plugins]
+    environment is among the ``listed`` plugins."""
     if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or any(isinstance(p, ClusterEnvironment) for p in listed):
         return []
     return [SLURMEnvironment(auto_requeue=False)]
