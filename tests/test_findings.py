@@ -95,6 +95,18 @@ def test_a_pilot_of_one_seed_gives_its_rows_as_evidence_and_no_verdict(tmp_path)
     assert "alibi capped - alibi at 4x: +0.70 [" in two[4].evidence
 
 
+def test_a_finding_that_rests_on_a_setup_with_too_few_seeds_waits_for_them_and_the_others_stand(tmp_path):
+    runs = [r for r in records(losses={"alibi": 3.0, "log_distance": 3.5, "steep": 3.0})
+            if r["setup"] != "log_distance" or r["seed"] < 2]  # fmt: skip
+    found = findings(tmp_path, runs)
+    waiting = "no verdict: log_distance has 2 of the 3 seeds a verdict needs"
+    assert found[2].verdict == waiting  # log distances decide it
+    assert found[5].verdict == waiting  # without log_distance no setup's loss differs from ALiBi's
+    assert "log_distance - alibi at 1x: +0.500 nats [" in found[5].evidence
+    assert found[3].verdict == "not beaten: no other slope scheme (steep) is higher at any point"
+    assert found[4].verdict.startswith("beyond the window, capping the bias restores ALiBi's recall at 4x while ")
+
+
 def test_blindness_inside_the_window_counts_and_a_trained_zero_free_arm_decides(tmp_path):
     grid = {**GRID, "alibi_zero_free": GRID["alibi"]}  # trained without zeros: the same recall
     found = findings(tmp_path, records(grid, blind_by=32.0))  # blind from half the window on

@@ -114,21 +114,48 @@ def judge(
     losses: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """Each finding's verdict and evidence by the module's rules; ``heads``: ``summary.head_attribution``'s table;
-    ``losses``: ``losses.compare_losses``'s."""
+    ``losses``: ``losses.compare_losses``'s. No verdict below ``MIN_SEEDS`` seeds: none at all where no pair has
+    them, and none for a finding whose verdict would read otherwise without the setups that lack them."""
+    found = _judged(comparisons, verdicts, distances, heads, losses)
+    seeds = 0 if comparisons.empty else int(comparisons["seeds"].max())
+    if seeds < MIN_SEEDS:  # a pilot or a grid's first parts: its rows are evidence, never a verdict
+        few = "one seed" if seeds <= 1 else f"{seeds} seeds of the {MIN_SEEDS} a verdict needs"
+        return [Finding(f.number, f.claim, f"no verdict: {few}", f.evidence) for f in found]
+    short = comparisons[comparisons["seeds"] < MIN_SEEDS]
+    if short.empty:
+        return found
+    # A grid done in parts has setups with fewer seeds than the rest: a finding whose verdict reads otherwise
+    # without them rests on them, and gets none yet; the others stand (their rows still cite every setup).
+    few = {setup: n for setup, n in short.groupby("setup_a")["seeds"].max().items() if setup in set(distances["setup"])}
+    kept = comparisons.index[comparisons["seeds"] >= MIN_SEEDS]
+    enough = _judged(
+        comparisons.loc[kept],
+        verdicts.loc[kept],
+        distances[~distances["setup"].isin(few)],
+        heads[~heads["setup"].isin(few)] if not heads.empty else heads,
+        None if losses is None else losses[losses["seeds"] >= MIN_SEEDS],
+    )
+    waiting = ", ".join(f"{setup} has {n} of the {MIN_SEEDS} seeds a verdict needs" for setup, n in few.items())
+    return [f if f.verdict == g.verdict else Finding(f.number, f.claim, f"no verdict: {waiting}", f.evidence)
+            for f, g in zip(found, enough, strict=True)]  # fmt: skip
+
+
+def _judged(
+    comparisons: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    distances: pd.DataFrame,
+    heads: pd.DataFrame,
+    losses: pd.DataFrame | None,
+) -> list[Finding]:
     rows, beyond = Rows(comparisons, verdicts), beyond_window(distances)
     setups = list(dict.fromkeys(distances["setup"]))
-    found = [
+    return [
         _blindness(rows, beyond, distances, heads),
         _log_distances(rows, beyond, setups),
         _strong_baseline(rows, setups),
         _separable(rows, beyond),
         _benchmarks(losses),
     ]
-    seeds = 0 if comparisons.empty else int(comparisons["seeds"].max())
-    if seeds < MIN_SEEDS:  # a pilot or a grid's first parts: its rows are evidence, never a verdict
-        few = "one seed" if seeds <= 1 else f"{seeds} seeds of the {MIN_SEEDS} a verdict needs"
-        return [Finding(f.number, f.claim, f"no verdict: {few}", f.evidence) for f in found]
-    return found
 
 
 def blind_points(rows: Rows, distances: pd.DataFrame, heads: pd.DataFrame) -> tuple[dict[str, list[str]], list[str]]:
