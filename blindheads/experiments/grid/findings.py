@@ -2,6 +2,8 @@
 (``comparisons.py``, ``losses.py``) and the per-point table (``summary.recall_by_distance``): the verdict and the rows
 it rests on are written by the grid, so a results page cites them instead of typing its own. Each finding names the
 comparison that decides it.
+A verdict needs ``MIN_SEEDS`` seeds: below that in every pair (a pilot) no finding has one, and in a grid done in
+parts a finding whose verdict would read otherwise without the setups that lack them has none yet.
 
 Points "beyond the window" are those whose episodes are longer than the training window; "blind points" of a setup
 are the points, inside the window or beyond it, from which a head that carries its recall (ablation cost at least
