@@ -1,7 +1,8 @@
 """Build a position stack from a short spec (``"alibi(wide)+clamp+log_distance"``) or from YAML entries.
 
-Components register themselves under their ``name`` (``base``); every module of this package is imported here, so a
-builtin component is one file. A YAML entry is a short spec string, ``{name: {kwargs}}``, or
+Components register themselves under their ``name`` (``base``) when their module is imported; the package's
+``__init__`` imports every builtin one (a test checks that none is left out), with plain imports an exported model's
+remote code can copy. A YAML entry is a short spec string, ``{name: {kwargs}}``, or
 ``{class_path: ..., init_args: {...}}``. Facts the model knows (``num_heads``, ``context_length``, the training
 ``dtype`` and ``threshold`` mode) are passed to every component whose constructor takes them, unless the spec sets
 them.
@@ -13,12 +14,10 @@ import ast
 import importlib
 import inspect
 import os
-import pkgutil
 import re
 import sys
 from typing import Any
 
-import blindheads.modules.position as package
 from blindheads.modules.position.base import COMPONENTS, PositionComponent, PositionStack
 
 BUILTIN_PACKAGE = "blindheads.modules.position"
@@ -27,12 +26,6 @@ POSITION_MODULES = "BLINDHEADS_POSITION_MODULES"  # extra modules a class_path m
 PositionSpec = str | list[str | dict[str, Any]]
 
 _TERM = re.compile(r"^\s*(?P<name>\w+)\s*(?:\((?P<args>.*)\))?\s*$")
-
-
-def _register_builtins() -> None:
-    """Import every module of this package: each component registers under its ``name`` when defined."""
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{BUILTIN_PACKAGE}.{module.name}")
 
 
 def valid_names() -> str:
@@ -155,6 +148,3 @@ def build_position(
     if not components:
         raise ValueError(f"empty position spec {spec!r}; valid components: {valid_names()}")
     return PositionStack(components, num_heads)
-
-
-_register_builtins()
