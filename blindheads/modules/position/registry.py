@@ -133,6 +133,26 @@ def _entries(spec: PositionSpec) -> list[tuple[str, list, dict]]:
     return entries
 
 
+def builtin_names(spec: PositionSpec) -> PositionSpec:
+    """``spec`` with each ``class_path`` entry written ``{name: init_args}``, the form that names no module (an
+    exported model's remote code holds copies of the builtin components, not this package); a component from
+    elsewhere is refused, as that code cannot hold it."""
+    if isinstance(spec, str):
+        return spec
+    entries: list[str | dict[str, Any]] = []
+    for item in spec:
+        if isinstance(item, dict) and "class_path" in item:
+            cls = _component_class(item["class_path"])
+            if not cls.__module__.startswith(f"{BUILTIN_PACKAGE}.") or COMPONENTS.get(cls.name) is not cls:
+                raise ValueError(
+                    f"position component {item['class_path']!r} is not a builtin ({valid_names()}): a model "
+                    "exported with remote code can hold only those"
+                )
+            item = {cls.name: dict(item.get("init_args") or {})}
+        entries.append(item)
+    return entries
+
+
 def build_position(
     spec: PositionSpec, num_heads: int, context_length: int, dtype: str = "bfloat16", threshold: str = "normal"
 ) -> PositionStack:
