@@ -16,6 +16,7 @@ from lm_eval.tasks import TaskManager
 from support.backends import BACKEND_SPECS
 from support.runs import REPO, copy_run, run_cli, tiny_run_args
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from blindheads.callbacks.lm_eval import LMEvalHarness
 from blindheads.datamodules.tokenizer import load_tokenizer
@@ -37,17 +38,23 @@ def tiny_model(spec: str) -> DecoderLM:
     return DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()
 
 
-@pytest.mark.parametrize(
-    "spec", [spec for spec in BACKEND_SPECS if not spec.startswith("rope")]
-)  # RoPE: a Llama, below
+OTHER_FAMILIES = ["kerple_log+clamp", "kerple_power", "fire", "t5_buckets"]  # beside ALiBi
+
+
+@pytest.mark.parametrize(  # RoPE: a Llama, below
+    "spec", [spec for spec in BACKEND_SPECS if not spec.startswith("rope")] + OTHER_FAMILIES
+)
 def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
+    """The folder's own code (transformers' copy of it, not this package's classes, which ``AutoModelForCausalLM``
+    prefers in a process that registered them) computes the checkpoint's logits exactly."""
     model = tiny_model(spec)
-    with torch.no_grad():  # make learnable slopes differ from their initial values
-        for name, parameter in model.named_parameters():
-            if "log_slopes" in name:
-                parameter.add_(0.1)
+    with torch.no_grad():  # make learned position parameters differ from their initial values
+        for parameter in model.decoder.position.parameters():
+            parameter.add_(0.1)
     out = export(checkpoint_of(model, tmp_path / "model.ckpt"), tmp_path / "hf")
-    loaded = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
+    shipped = get_class_from_dynamic_module("modeling_blindheads.BlindheadsForCausalLM", out)
+    assert shipped.__module__.startswith("transformers_modules."), shipped.__module__
+    loaded = shipped.from_pretrained(out).eval()
     tokens = torch.randint(0, 512, (2, 48))
     with torch.no_grad():
         torch.testing.assert_close(loaded(tokens).logits, model(tokens), rtol=0, atol=0)
