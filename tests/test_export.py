@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +22,17 @@ from support.runs import REPO, copy_run, run_cli, tiny_run_args
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
+import blindheads.modules.position
 from blindheads.callbacks.lm_eval import LMEvalHarness
 from blindheads.datamodules.tokenizer import load_tokenizer
 from blindheads.evaluation.lm_eval_adapter import BlindheadsLM
 from blindheads.export.directory import export
+from blindheads.export.remote import relative_imports, remote_code
 from blindheads.modules import DecoderConfig
 from blindheads.modules.config import SIZES
 from blindheads.modules.lm import DecoderLM
+from blindheads.modules.position import COMPONENTS, PositionComponent
+from blindheads.modules.position.registry import builtin_names
 
 
 def checkpoint_of(model: DecoderLM, path: Path) -> Path:
@@ -58,6 +66,118 @@ def test_export_round_trip_reproduces_the_logits(spec, tmp_path):
     tokens = torch.randint(0, 512, (2, 48))
     with torch.no_grad():
         torch.testing.assert_close(loaded(tokens).logits, model(tokens), rtol=0, atol=0)
+
+
+def absolute_imports(source: str) -> set[str]:
+    """The top-level names of the packages ``source`` imports, relative imports left out."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_remote_code_is_closed_holds_every_position_module_and_imports_only_torch_and_transformers():
+    files = remote_code()
+    position = blindheads.modules.position
+    modules = [f"{position.__name__}.{m.name}" for m in pkgutil.iter_modules(position.__path__)]
+    missing = [m for m in modules if f"{m.replace('.', '_')}.py" not in files]
+    assert not missing, f"not imported by {position.__name__}'s __init__, so neither registered nor shipped"
+    for name, text in files.items():
+        relative = {n.module for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ImportFrom) and n.level}
+        assert {f"{module}.py" for module in relative} <= set(files), name
+    outside = set().union(*map(absolute_imports, files.values())) - set(sys.stdlib_module_names)
+    assert outside == {"torch", "transformers", "yaml"}  # yaml: pyyaml, which transformers requires
+
+
+def test_relative_imports_rewrite_the_package_imports_and_refuse_what_they_cannot():
+    source = (
+        "import math\nfrom blindheads.numerics import tau, resolve_dtype  # both\n\n\ndef f():\n"
+        "    from blindheads.modules.config import (\n        DecoderConfig,\n    )\n"
+    )
+    text, imported = relative_imports(source, "example")
+    assert text == source.replace("from blindheads.numerics", "from .blindheads_numerics").replace(
+        "from blindheads.modules.config", "from .blindheads_modules_config"
+    )
+    assert imported == ["blindheads.modules.config", "blindheads.numerics"]
+    for bad, message in [
+        ("x = 1\nimport blindheads.numerics\n", "example, line 2: 'import blindheads...' cannot be shipped"),
+        ("from blindheads.modules import backends\n", "example, line 1: imports module backends as a name"),
+        ("from .numerics import tau\n", "a relative import cannot be shipped"),
+        ("from \\\n    blindheads.numerics import tau\n", "'from blindheads.numerics' is split over lines"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            relative_imports(bad, "example")
+
+
+def test_a_class_path_stack_is_exported_by_name_and_a_foreign_component_refused(tmp_path, monkeypatch):
+    spec = [
+        {"class_path": "blindheads.modules.position.ALiBi", "init_args": {"slopes": "wide"}},
+        {"class_path": "blindheads.modules.position.Clamp"},
+        "log_distance",
+    ]
+    model = tiny_model(spec)
+    out = export(checkpoint_of(model, tmp_path / "model.ckpt"), tmp_path / "hf")
+    written = json.loads((out / "config.json").read_text())["decoder_fields"]["position"]
+    assert written == [{"alibi": {"slopes": "wide"}}, {"clamp": {}}, "log_distance"]
+    loaded = get_class_from_dynamic_module("modeling_blindheads.BlindheadsForCausalLM", out).from_pretrained(out)
+    tokens = torch.randint(0, 512, (1, 32))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(tokens).logits, model(tokens), rtol=0, atol=0)
+
+    class Foreign(PositionComponent):
+        name = "zz_foreign"
+
+    try:
+        monkeypatch.setattr(sys.modules[__name__], "Foreign", Foreign, raising=False)
+        with pytest.raises(ValueError, match=rf"component '{__name__}.Foreign' is not a builtin \(alibi, "):
+            builtin_names([{"class_path": f"{__name__}.Foreign"}])
+    finally:
+        COMPONENTS.pop(Foreign.name)
+
+
+REMOTE_SCRIPT = """import sys, time
+sys.modules["blindheads"] = None  # unimportable, even where it is installed
+import torch
+from transformers import AutoModelForCausalLM
+tokens = torch.load(sys.argv[1])
+for folder in sys.argv[2:]:
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+    print(type(model).__module__, round(time.perf_counter() - start, 2))
+    with torch.no_grad():
+        torch.save((model(tokens).logits, model.generate(tokens, max_new_tokens=4, do_sample=False)), folder + ".pt")
+"""
+
+
+@pytest.mark.slow
+def test_an_exported_model_loads_with_transformers_alone(tmp_path):
+    """A fresh interpreter (``-I``: no PYTHONPATH, no working directory) where blindheads cannot be imported loads
+    each export with ``trust_remote_code=True``, gives the checkpoint's logits and generates its greedy tokens."""
+    specs = ["alibi", "kerple_log+clamp(-10)+log_distance"]
+    tokens = torch.randint(0, 512, (2, 24))
+    torch.save(tokens, tmp_path / "tokens.pt")
+    folders = [export(checkpoint_of(tiny_model(spec), tmp_path / f"{i}.ckpt"), tmp_path / f"m{i}") for i, spec in
+               enumerate(specs)]  # fmt: skip
+    environment = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    command = [sys.executable, "-I", "-c", REMOTE_SCRIPT, str(tmp_path / "tokens.pt"), *map(str, folders)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=environment)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [line.split()[0].startswith("transformers_modules.") for line in result.stdout.splitlines()] == [True] * len(
+        specs
+    )
+    for spec, folder in zip(specs, folders):
+        model = tiny_model(spec)
+        logits, generated = torch.load(f"{folder}.pt")
+        with torch.no_grad():
+            expected = model(tokens)
+            greedy = tokens
+            for _ in range(4):
+                greedy = torch.cat([greedy, model(greedy)[:, -1:].argmax(-1)], dim=1)
+        assert (logits - expected).abs().max().item() < 1e-5, spec
+        assert torch.equal(generated, greedy), spec
 
 
 LLAMA_TOLERANCE = 1e-4  # measured: max |logit diff| 3.5e-6 (rope) and 4.5e-6 (rope(500.0)), logits up to 4.5
@@ -113,7 +233,7 @@ def test_export_of_a_trained_run_includes_its_tokenizer(trained_run, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     config = json.loads((tmp_path / "hf/config.json").read_text())
     assert config["model_type"] == "blindheads" and config["auto_map"]["AutoModelForCausalLM"]
-    assert "load it with: import blindheads.export.hf" in result.stdout
+    assert "load it with: transformers alone" in result.stdout
     prompted = subprocess.run(  # stdin closed: a [y/N] prompt would fail the load
         [
             sys.executable,
