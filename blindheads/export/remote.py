@@ -38,7 +38,7 @@ def _is_ours(module: str | None) -> bool:
 def relative_imports(source: str, where: str) -> tuple[str, list[str]]:
     """``source`` with each ``from blindheads.X import NAMES`` made ``from .blindheads_X import NAMES``, and the
     modules it imports so. ``where`` names the source in the one-line refusal of an import that cannot be made so."""
-    lines = source.splitlines(keepends=True)
+    lines = source.split("\n")  # as ast numbers them (str.splitlines also splits at form feeds)
     imported = []
     nodes = [node for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Import, ast.ImportFrom))]
     for node in sorted(nodes, key=lambda node: (node.lineno, node.col_offset), reverse=True):  # offsets stay valid
@@ -62,7 +62,7 @@ def relative_imports(source: str, where: str) -> tuple[str, list[str]]:
             raise ValueError(f"{line}: 'from {node.module}' is split over lines; keep it on one")
         lines[node.lineno - 1] = f"{text[: node.col_offset]}from .{flat_name(node.module)}{text[head.end() :]}"
         imported.append(node.module)
-    return "".join(lines), sorted(set(imported))
+    return "\n".join(lines), sorted(set(imported))
 
 
 def remote_code(entry: str = ENTRY) -> dict[str, str]:
