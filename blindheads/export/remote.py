@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-from blindheads import __version__
+import blindheads
 
 PACKAGE = "blindheads"
 ENTRY = "blindheads.export.modeling"  # BlindheadsConfig and BlindheadsForCausalLM
@@ -80,6 +80,6 @@ def remote_code(entry: str = ENTRY) -> dict[str, str]:
         spec = importlib.util.find_spec(module)
         assert spec is not None and spec.origin is not None, module  # imported by the package itself
         text, imported = relative_imports(Path(spec.origin).read_text(), module)
-        files[name] = HEADER.format(module=module, version=__version__) + text
+        files[name] = HEADER.format(module=module, version=blindheads.__version__) + text
         todo.extend(imported)
     return files
