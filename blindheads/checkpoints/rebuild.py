@@ -5,7 +5,6 @@ itself is read by ``checkpoints.reading``."""
 from __future__ import annotations
 
 import logging
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import torch
 
 from blindheads.datamodules.cache import made_here
 from blindheads.datamodules.tokenizer import BUILTIN, builtin_tokenizer_dir, default_cache_dir, load_tokenizer
-from blindheads.modules.config import DecoderConfig
+from blindheads.modules.config import DecoderConfig, config_from_fields
 from blindheads.modules.decoder import Decoder
 
 log = logging.getLogger(__name__)
@@ -27,21 +26,6 @@ def decoder_config(checkpoint: dict, where: str | Path = "the checkpoint") -> De
         config = config_from_fields(config, f"{where}: its decoder config")
     check_weights(config, decoder_state(checkpoint), where)
     return config
-
-
-def config_from_fields(fields_: Any, what: str) -> DecoderConfig:
-    """A ``DecoderConfig`` from a mapping of its fields (``what`` names where they come from), one line naming an
-    unknown key or a bad value, never a ``TypeError`` traceback."""
-    known = [f.name for f in fields(DecoderConfig)]
-    if not isinstance(fields_, dict):
-        raise ValueError(f"{what} is {type(fields_).__name__}, not a mapping of decoder fields")
-    unknown = sorted(map(str, set(fields_) - set(known)))
-    if unknown:
-        raise ValueError(f"{what} has unknown keys {', '.join(unknown)}; valid: {', '.join(known)}")
-    try:
-        return DecoderConfig(**fields_)
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"{what}: {error}") from None
 
 
 def expected_weights(config: DecoderConfig) -> dict[str, tuple[int, ...]]:

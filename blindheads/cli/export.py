@@ -25,7 +25,7 @@ def main(argv: list[str]) -> None:
         how = "transformers alone: AutoModelForCausalLM.from_pretrained({0!r}) (a LlamaForCausalLM)"
     else:
         how = (
-            "import blindheads.export.hf, then AutoModelForCausalLM.from_pretrained({0!r}) and "
-            "AutoTokenizer.from_pretrained({0!r}); or pass trust_remote_code=True to both"
+            "transformers alone: AutoModelForCausalLM.from_pretrained({0!r}, trust_remote_code=True) (the model's "
+            "code is in the folder); or import blindheads.export.hf first and leave trust_remote_code out"
         )
     print(f"exported {args.ckpt_path} to {out}/\nload it with: " + how.format(str(out)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from blindheads.atomic import remove_debris, staging_path
@@ -12,21 +13,24 @@ from blindheads.checkpoints.rebuild import checkpoint_tokenizer, decoder_config
 from blindheads.disk import DiskFull, no_space
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
 from blindheads.export.llama import as_llama, rope_theta
+from blindheads.export.remote import ENTRY, flat_name, remote_code
+from blindheads.modules.position.registry import builtin_names
 
-REMOTE_CODE = {
-    "configuration_blindheads.py": "from blindheads.export.hf import BlindheadsConfig  # noqa: F401\n",
-    "modeling_blindheads.py": "from blindheads.export.hf import BlindheadsForCausalLM  # noqa: F401\n",
+AUTO_MAP = {  # config.json's auto_map: each FILE.CLASS a stub importing its class from the shipped modules
+    "AutoConfig": "configuration_blindheads.BlindheadsConfig",
+    "AutoModelForCausalLM": "modeling_blindheads.BlindheadsForCausalLM",
 }
 
 
 def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None) -> Path:
     """Write config, safetensors weights and the tokenizer into ``out``, a new or empty directory (an export never
     overwrites another's files). A decoder whose position stack is RoPE alone is written as a plain transformers
-    ``LlamaForCausalLM`` (no remote code); any other with the remote-code stubs for ``AutoModelForCausalLM``. The
-    tokenizer is the run's own (``checkpoint_tokenizer``), or ``tokenizer``. The checkpoint's decoder config is
-    checked against its weights before a model is built. A full disk ends it in one line. The files are written into
-    a folder beside ``out`` and renamed into place whole: an export killed part-way leaves no ``out`` to mistake for a
-    model, and the next export removes what it left."""
+    ``LlamaForCausalLM`` (no remote code); any other with its remote code (``remote``: the package's modules the
+    model needs, so transformers alone loads it with ``trust_remote_code=True``). The tokenizer is the run's own
+    (``checkpoint_tokenizer``), or ``tokenizer``. The checkpoint's decoder config is checked against its weights
+    before a model is built. A full disk ends it in one line. The files are written into a folder beside ``out`` and
+    renamed into place whole: an export killed part-way leaves no ``out`` to mistake for a model, and the next
+    export removes what it left."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         held = (
@@ -34,13 +38,9 @@ def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None)
         )
         raise ValueError(f"--out {out} {held}: export into a new or empty directory")
     checkpoint = load_checkpoint(ckpt_path)
-    config = BlindheadsConfig.from_decoder_config(
-        decoder_config(checkpoint, ckpt_path),
-        auto_map={
-            "AutoConfig": "configuration_blindheads.BlindheadsConfig",
-            "AutoModelForCausalLM": "modeling_blindheads.BlindheadsForCausalLM",
-        },
-    )
+    decoder = decoder_config(checkpoint, ckpt_path)
+    decoder = replace(decoder, position=builtin_names(decoder.position))  # the shipped code knows no package path
+    config = BlindheadsConfig.from_decoder_config(decoder, auto_map=AUTO_MAP)
     model = BlindheadsForCausalLM(config)
     state = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("decoder.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -57,8 +57,11 @@ def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None)
             as_llama(model.decoder).save_pretrained(staging)
         else:
             model.save_pretrained(staging)
-            for name, source in REMOTE_CODE.items():
-                (staging / name).write_text(source)
+            for name, text in remote_code().items():
+                (staging / name).write_text(text)
+            for reference in AUTO_MAP.values():
+                stem, cls = reference.split(".")
+                (staging / f"{stem}.py").write_text(f"from .{flat_name(ENTRY)} import {cls}  # noqa: F401\n")
         loaded = checkpoint_tokenizer(checkpoint, tokenizer)
         if loaded is not None:
             loaded.save_pretrained(staging)

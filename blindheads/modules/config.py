@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import yaml
 
@@ -161,6 +161,21 @@ SIZES = {
         init_std=0.125,
     ),
 }
+
+
+def config_from_fields(fields_: Any, what: str) -> DecoderConfig:
+    """A ``DecoderConfig`` from a mapping of its fields (``what`` names where they come from), one line naming an
+    unknown key or a bad value, never a ``TypeError`` traceback."""
+    known = [f.name for f in fields(DecoderConfig)]
+    if not isinstance(fields_, dict):
+        raise ValueError(f"{what} is {type(fields_).__name__}, not a mapping of decoder fields")
+    unknown = sorted(map(str, set(fields_) - set(known)))
+    if unknown:
+        raise ValueError(f"{what} has unknown keys {', '.join(unknown)}; valid: {', '.join(known)}")
+    try:
+        return DecoderConfig(**fields_)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{what}: {error}") from None
 
 
 def load_decoder_config(*paths: str | Path) -> DecoderConfig:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from blindheads.modules import backends
+from blindheads.modules.backends import AttentionBackend, AttentionWeights, Eager, select_backend
 from blindheads.modules.config import DecoderConfig
 from blindheads.modules.position import PositionStack, build_position
 from blindheads.numerics import resolve_dtype
@@ -23,9 +23,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(config.hidden_size, config.num_kv_heads * config.head_size, bias=False)
         self.v_proj = nn.Linear(config.hidden_size, config.num_kv_heads * config.head_size, bias=False)
         self.o_proj = nn.Linear(config.num_heads * config.head_size, config.hidden_size, bias=False)
-        self.weights = backends.AttentionWeights(resolve_dtype(config.softmax_dtype))
+        self.weights = AttentionWeights(resolve_dtype(config.softmax_dtype))
 
-    def forward(self, x: Tensor, position: PositionStack, backend: backends.AttentionBackend) -> Tensor:
+    def forward(self, x: Tensor, position: PositionStack, backend: AttentionBackend) -> Tensor:
         batch, length, _ = x.shape
         q = self.q_proj(x).view(batch, length, self.num_heads, self.head_size).transpose(1, 2)
         k = self.k_proj(x).view(batch, length, self.num_kv_heads, self.head_size).transpose(1, 2)
@@ -59,7 +59,7 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
         self.mlp = SwiGLU(config)
 
-    def forward(self, x: Tensor, position: PositionStack, backend: backends.AttentionBackend) -> Tensor:
+    def forward(self, x: Tensor, position: PositionStack, backend: AttentionBackend) -> Tensor:
         x = x + self.attn(self.attn_norm(x), position, backend)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -85,7 +85,7 @@ class Decoder(nn.Module):
         self.apply(self._init_weights)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
-        self._backends: dict[type, backends.AttentionBackend] = {}
+        self._backends: dict[type, AttentionBackend] = {}
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -95,9 +95,9 @@ class Decoder(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def backend_for(self, device: torch.device, attention: str | None = None) -> backends.AttentionBackend:
+    def backend_for(self, device: torch.device, attention: str | None = None) -> AttentionBackend:
         """The backend that runs on ``device`` (``attention`` overrides the configured name), with its cache."""
-        kind = backends.select_backend(attention or self.config.attention, self.position, device)
+        kind = select_backend(attention or self.config.attention, self.position, device)
         if kind not in self._backends:
             self._backends[kind] = kind()
         return self._backends[kind]
@@ -116,7 +116,7 @@ class Decoder(nn.Module):
         device, length = input_ids.device, input_ids.shape[1]
         if softmax_dtype is not None and attention != "eager":
             raise ValueError(f"softmax_dtype applies to the eager backend only, got attention={attention!r}")
-        backend = backends.Eager(softmax_dtype) if softmax_dtype is not None else self.backend_for(device, attention)
+        backend = Eager(softmax_dtype) if softmax_dtype is not None else self.backend_for(device, attention)
         backend.prepare(self.position, length, device, self._compute_dtype(device))
         self.position.prepare(length, self.config.head_size, device)
         x = self.embed(input_ids)

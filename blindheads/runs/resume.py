@@ -18,7 +18,8 @@ from jsonargparse import ArgumentError, Namespace
 
 from blindheads.checkpoints.options import check_precision, describe, is_typed, replaced_options
 from blindheads.checkpoints.reading import check_regular_file, newest_intact, not_a_checkpoint, read_checkpoint
-from blindheads.checkpoints.rebuild import check_weights, config_from_fields, decoder_state
+from blindheads.checkpoints.rebuild import check_weights, decoder_state
+from blindheads.modules.config import config_from_fields
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ stage that changes the bias may have an inverse, so a head's blindness distance 
 (``blindheads.blindness`` composes them). Without one the calculator bisects a bias that never rises with distance
 (``monotone``, the default) and scans every distance of the context for one that may (a learned table, an MLP).
 
-A component registers under its ``name`` when its class is defined, so a new bias is one file: a subclass with
-a ``name``, its ``bias`` (or ``bias_at``), ``monotone`` if it may rise, and ``head_parameters`` if it has any.
+A component registers under its ``name`` when its class is defined, so a new bias is one file (imported by the
+package's ``__init__``): a subclass with a ``name``, its ``bias`` (or ``bias_at``), ``monotone`` if it may rise, and
+``head_parameters`` if it has any.
 """
 
 from __future__ import annotations

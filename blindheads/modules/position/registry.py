@@ -1,7 +1,8 @@
 """Build a position stack from a short spec (``"alibi(wide)+clamp+log_distance"``) or from YAML entries.
 
-Components register themselves under their ``name`` (``base``); every module of this package is imported here, so a
-builtin component is one file. A YAML entry is a short spec string, ``{name: {kwargs}}``, or
+Components register themselves under their ``name`` (``base``) when their module is imported; the package's
+``__init__`` imports every builtin one (a test checks that none is left out), with plain imports an exported model's
+remote code can copy. A YAML entry is a short spec string, ``{name: {kwargs}}``, or
 ``{class_path: ..., init_args: {...}}``. Facts the model knows (``num_heads``, ``context_length``, the training
 ``dtype`` and ``threshold`` mode) are passed to every component whose constructor takes them, unless the spec sets
 them.
@@ -13,12 +14,10 @@ import ast
 import importlib
 import inspect
 import os
-import pkgutil
 import re
 import sys
 from typing import Any
 
-import blindheads.modules.position as package
 from blindheads.modules.position.base import COMPONENTS, PositionComponent, PositionStack
 
 BUILTIN_PACKAGE = "blindheads.modules.position"
@@ -27,12 +26,6 @@ POSITION_MODULES = "BLINDHEADS_POSITION_MODULES"  # extra modules a class_path m
 PositionSpec = str | list[str | dict[str, Any]]
 
 _TERM = re.compile(r"^\s*(?P<name>\w+)\s*(?:\((?P<args>.*)\))?\s*$")
-
-
-def _register_builtins() -> None:
-    """Import every module of this package: each component registers under its ``name`` when defined."""
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{BUILTIN_PACKAGE}.{module.name}")
 
 
 def valid_names() -> str:
@@ -140,6 +133,26 @@ def _entries(spec: PositionSpec) -> list[tuple[str, list, dict]]:
     return entries
 
 
+def builtin_names(spec: PositionSpec) -> PositionSpec:
+    """``spec`` with each ``class_path`` entry written ``{name: init_args}``, the form that names no module (an
+    exported model's remote code holds copies of the builtin components, not this package); a component from
+    elsewhere is refused, as that code cannot hold it."""
+    if isinstance(spec, str):
+        return spec
+    entries: list[str | dict[str, Any]] = []
+    for item in spec:
+        if isinstance(item, dict) and "class_path" in item:
+            cls = _component_class(item["class_path"])
+            if not cls.__module__.startswith(f"{BUILTIN_PACKAGE}.") or COMPONENTS.get(cls.name) is not cls:
+                raise ValueError(
+                    f"position component {item['class_path']!r} is not a builtin ({valid_names()}): a model "
+                    "exported with remote code can hold only those"
+                )
+            item = {cls.name: dict(item.get("init_args") or {})}
+        entries.append(item)
+    return entries
+
+
 def build_position(
     spec: PositionSpec, num_heads: int, context_length: int, dtype: str = "bfloat16", threshold: str = "normal"
 ) -> PositionStack:
@@ -155,6 +168,3 @@ def build_position(
     if not components:
         raise ValueError(f"empty position spec {spec!r}; valid components: {valid_names()}")
     return PositionStack(components, num_heads)
-
-
-_register_builtins()
