@@ -199,7 +199,9 @@ def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorb
     accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0, "images": 0})
     accumulator.Reload()
     tags = accumulator.Tags()
-    assert {"test/underflow/heatmap", "test/underflow/by_distance"} <= set(tags["images"])
+    assert {"test/underflow/heatmap", "test/underflow/by_distance", "test/blind_distance/by_head"} <= set(
+        tags["images"]
+    )
     assert "test/blind_distance/layer1/head3" in tags["scalars"]
     logged = accumulator.Scalars("test/blind_distance/layer1/head3")[0].value
     assert logged == predicted[3].item()
@@ -210,6 +212,36 @@ def test_monitor_measures_the_calculators_blindness_distance_and_logs_to_tensorb
     assert accumulator.Scalars("test/underflow/layer0/head0")[0].value == pytest.approx(
         monitor.statistics[128][0].zero_share[0].item()
     )
+
+
+def test_the_blind_distance_figure_draws_each_layers_measure_beside_each_softmaxs_prediction():
+    from blindheads.evaluation.figures import blind_distance_figure
+
+    measured = torch.tensor([[178.0, math.inf, math.inf], [183.0, 358.0, math.inf]])  # (layers, heads)
+    predicted = {"materialized": torch.tensor([172.8, 343.3, math.inf]), "fused": torch.tensor([174.7, 349.3, 700.0])}
+    axis = blind_distance_figure(measured, predicted, 512).axes[0]
+    lines = {line.get_label(): line for line in axis.get_lines()}
+    dots, beyond = lines["measured in eager weights (each layer)"], lines["not blind within 512 tokens (each layer)"]
+    assert sorted(dots.get_ydata()) == [178.0, 183.0, 358.0] and sorted(map(round, dots.get_xdata())) == [0, 0, 1]
+    assert list(beyond.get_ydata()) == [512, 512, 512] and sorted(map(round, beyond.get_xdata())) == [1, 2, 2]
+    materialized = lines["predicted, materialized softmax (eager, SDPA: as measured)"]
+    assert list(materialized.get_xdata()) == [0, 1] and list(materialized.get_ydata()) == pytest.approx([172.8, 343.3])
+    assert list(lines["predicted, fused softmax (FlexAttention)"].get_ydata()) == pytest.approx([174.7, 349.3, 700.0])
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == [
+        "measured in eager weights (each layer)",
+        "not blind within 512 tokens (each layer)",
+        "predicted, materialized softmax (eager, SDPA: as measured)",
+        "predicted, fused softmax (FlexAttention)",
+    ]
+
+
+@pytest.mark.parametrize(("position", "learns"), [("alibi", False), ("alibi(learnable=True)", True), ("nope", False)])
+def test_predicted_blind_distances_are_logged_during_fit_only_where_training_moves_them(position, learns):
+    """Fixed slopes predict the same at every step: a flat chart by construction, left to the image."""
+    from blindheads.callbacks.underflow import learned
+
+    config = DecoderConfig(**{**SIZES["tiny"].__dict__, "position": position, "vocab_size": 512})
+    assert learned(DecoderLM(config).decoder.position) is learns
 
 
 def test_gradient_statistics_against_autograd_by_hand():

@@ -113,14 +113,35 @@ def assert_every_chart_draws_a_tag(run_dir) -> dict[str, dict[str, list[str]]]:
 
 
 def test_a_run_opens_tensorboard_with_charts_of_the_tags_it_writes(trained_run):
-    """The tiny model (2 layers, 4 heads, 64-token windows, underflow at 1x and 4x): underflow per layer at 256
-    tokens, where no head is blind yet (predicted from 343 tokens on), so blind distances are predictions only."""
+    """The tiny model (2 layers, 4 heads, 64-token windows, underflow at 1x and 4x, evaluations at steps 10 and 20):
+    no head is blind within 256 tokens (predicted from 343 on), so there is no blind-distance chart; fixed slopes
+    predict the same blind distances at every step, so fit logs them only in the image; a chart holds one line where
+    its lines would need telling apart (TensorBoard gives one run's lines one colour); the images come at each
+    evaluation."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from blindheads.analysis.runs import scalars as all_scalars
+    from blindheads.evaluation.tags import PREDICTED, UNDERFLOW_MEAN, at_stage
+
     charts = assert_every_chart_draws_a_tag(trained_run)
-    underflow = "underflow at 256 tokens (4x): share of weights exactly zero, per layer"
-    assert list(charts[underflow]) == ["layer 0", "layer 1", "mean over layers and heads, by length"]
-    (distances,) = [titled for category, titled in charts.items() if category.startswith("blind distance")]
-    assert list(distances) == ["heads 0, 1, 2, 3: predicted (beyond 256 tokens)"]
+    underflow = "underflow: share of causal weights exactly zero, mean over layers and heads"
+    assert list(charts[underflow]) == ["mean at 64 tokens (1x)", "mean at 256 tokens (4x)"]
+    assert all(len(patterns) == 1 for patterns in charts[underflow].values())
+    assert not [category for category in charts if category.startswith("blind distance")]
     assert "recall by distance" not in charts  # the run has no EpisodeRecall
+    assert list(charts["loss"]) == [
+        "train (text and retrieval episodes)",
+        "held-out text (validation, test)",
+        "held-out at 64 tokens (1x)",
+        "held-out at 128 tokens (2x)",
+    ]
+    tags = set(all_scalars(trained_run)["tag"])
+    assert not at_stage(PREDICTED, tags, "") and len(at_stage(UNDERFLOW_MEAN, tags, "")) == 2
+    (events,) = trained_run.glob("events.out.tfevents.*")
+    images = EventAccumulator(str(events), size_guidance={"images": 0})
+    images.Reload()
+    for tag in ("blind_distance/by_head", "underflow/by_distance", "underflow/heatmap"):
+        assert [image.step for image in images.Images(tag)] == [10, 20], tag
     assert list(charts["retrieval"]) == [
         "passkey, exact by length and depth",
         "needle, exact by length and depth",
@@ -128,10 +149,10 @@ def test_a_run_opens_tensorboard_with_charts_of_the_tags_it_writes(trained_run):
     ]
 
 
-def test_a_head_blind_at_the_longest_length_gets_measured_and_predicted_charts(trained_run, cache_dir, tmp_path):
-    """``test`` at 8x (512 tokens), where head 0 (slope 1/4) goes blind: its measured blind distance and its
-    predictions are separate charts (TensorBoard gives every line of one run one colour), and recall by distance
-    draws the points EpisodeRecall writes."""
+def test_a_head_blind_at_the_longest_length_gets_a_measured_chart_per_layer(trained_run, cache_dir, tmp_path):
+    """``test`` at 8x (512 tokens), where head 0 (slope 1/4) goes blind: its measured blind distance is a chart per
+    layer (TensorBoard gives every line of one run one colour), and recall by distance a chart per point
+    EpisodeRecall writes."""
     from blindheads.cli import main
 
     run_dir = copy_run(trained_run, tmp_path)
@@ -144,14 +165,16 @@ data:
 """)  # fmt: skip
     main(["test", *args, "--callbacks.use=[checkpoint, underflow, recall]", "--ckpt_path", "last"])
     charts = assert_every_chart_draws_a_tag(run_dir)
-    (distances,) = [titled for category, titled in charts.items() if category.startswith("blind distance at 512")]
-    assert list(distances) == [
-        "head 0: measured (each layer)",
-        "head 0: predicted",
-        "heads 1, 2, 3: predicted (beyond 512 tokens)",
+    distances = charts["blind distance at 512 tokens: measured in eager weights (q.k included)"]
+    assert list(distances) == ["head 0, layer 0: measured", "head 0, layer 1: measured"]  # fixed slopes: no predicted
+    assert list(charts["recall by distance"]) == [
+        "exact at 32 tokens (distance0.5x)",
+        "exact at 128 tokens (distance2x)",
     ]
-    assert list(charts["recall by distance"]) == ["exact", "failed: fact blind", "failed: fact reachable"]
-    assert "layer 1" in charts["underflow at 512 tokens (8x): share of weights exactly zero, per layer"]
+    assert (
+        "mean at 512 tokens (8x)"
+        in charts["underflow: share of causal weights exactly zero, mean over layers and heads"]
+    )
 
 
 def test_last_skips_a_newer_checkpoint_that_is_not_whole(tmp_path):

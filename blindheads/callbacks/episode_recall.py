@@ -47,6 +47,11 @@ from blindheads.running import running
 CONSTANT = 0.9  # a point where one predicted answer is this share of the episodes is answered by rote
 
 
+def point_title(name: str, where: dict[str, int]) -> str:
+    """A point's chart title: ``exact at 128 tokens (distance2x)``, ``exact at gap 8``."""
+    return f"exact at {where['distance']} tokens ({name})" if "distance" in where else f"exact at gap {where['gap']}"
+
+
 class Measured(NamedTuple):
     """One point's episodes, which were answered exactly, and their answer paths."""
 
@@ -137,14 +142,15 @@ class EpisodeRecall(PeriodicEvaluation):
         return points
 
     def charts(self, trainer: L.Trainer, pl_module: L.LightningModule, categories: dict[str, dict]) -> None:
-        """Recall by distance: exact, and the failures whose fact was blind or reachable, at every point of every
-        ``EpisodeRecall`` of the run."""
+        """Recall by distance: one chart per point of every ``EpisodeRecall`` of the run, its exact recall over
+        training (one line: TensorBoard gives every line of a run one colour). The image ``recall/by_distance`` sets
+        the points side by side; the failures, blind or reachable, are under SCALARS."""
         seq_len = datamodule_of(trainer).seq_len
-        points = [p for c in running(trainer).callbacks if isinstance(c, EpisodeRecall) for p in c.points(seq_len)]
-        names = "|".join(map(re.escape, points))
-        parts = {"exact": "exact", "failed: fact blind": "failed_blind", "failed: fact reachable": "failed_reachable"}
+        recalls = [c for c in running(trainer).callbacks if isinstance(c, EpisodeRecall)]
+        points = {name: where for c in recalls for name, where in c.points(seq_len).items()}
         categories["recall by distance"] = {
-            title: chart(recall_tag(f"({names})", part) + "$") for title, part in parts.items()
+            point_title(name, where): chart(recall_tag(re.escape(name), "exact") + "$")
+            for name, where in points.items()
         }
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -39,8 +39,12 @@ class LengthExtrapolation(PeriodicEvaluation):
         self.factors, self.sequences, self.position_bucket = list(factors), sequences, position_bucket
 
     @torch.no_grad()
-    def charts(self, trainer: L.Trainer, pl_module: L.LightningModule, categories: dict[str, dict]) -> None:
-        categories.setdefault("loss", {})["by length"] = chart(extrapolation_tag(r"\d+") + "$")
+    def charts(self, trainer: L.Trainer, pl_module: DecoderLM, categories: dict[str, dict]) -> None:
+        """Held-out loss per length, a chart each (TensorBoard gives every line of a run one colour)."""
+        base = training_length(trainer, pl_module)
+        loss = categories.setdefault("loss", {})
+        for factor in self.factors:
+            loss[f"held-out at {factor * base} tokens ({factor}x)"] = chart(extrapolation_tag(factor) + "$")
 
     def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict[str, float]:
         base = training_length(trainer, pl_module)

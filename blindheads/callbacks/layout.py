@@ -1,7 +1,9 @@
-"""A TensorBoard custom-scalars layout written with the run, so its charts group what belongs together: underflow
-per layer where heads go blind (the longest length measured), each head's measured and predicted blind distance,
-recall by distance, passkey and needle by length, loss. It is built from the configured evaluations, so every chart
-draws tags they write (TensorBoard shows an empty "Matches (0)" chart for a pattern nothing writes)."""
+"""A TensorBoard custom-scalars layout written with the run, so its charts group what belongs together: underflow's
+mean per length, each head's measured (and, where positions train, predicted) blind distance, recall per distance,
+passkey and needle by length, loss. A chart holds one line where its lines would need telling apart (TensorBoard
+colours by run, so one run's lines share a colour); the IMAGES tab sets them side by side. It is built from the
+configured evaluations, so every chart draws tags they write (TensorBoard shows an empty "Matches (0)" chart for a
+pattern nothing writes)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from blindheads.running import running
 def layout(trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
     """The CUSTOM SCALARS tab: categories of charts, each a list of tag regexes drawn together. Each callback that
     writes tags worth a chart draws its own (``charts(trainer, pl_module, categories)``, adding to ``categories``);
-    the loss comes last, its train and validation chart first."""
+    the loss comes last, its train and held-out charts first."""
     categories: dict[str, dict] = {}
     for callback in running(trainer).callbacks:
         if isinstance(callback, Charted):
             callback.charts(trainer, pl_module, categories)
-    categories["loss"] = {"train and validation": chart(loss_tag("train/") + "$", loss_tag() + "$"),
+    categories["loss"] = {"train (text and retrieval episodes)": chart(loss_tag("train/") + "$"),
+                          "held-out text (validation, test)": chart(loss_tag() + "$"),
                           **categories.pop("loss", {})}  # fmt: skip
     return categories
 

@@ -22,8 +22,9 @@ from blindheads.callbacks.periodic import (
     training_length,
 )
 from blindheads.evaluation.contexts import evaluating, forward_hooks
-from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
+from blindheads.evaluation.figures import blind_distance_figure, zero_share_by_distance, zero_share_heatmap
 from blindheads.evaluation.tags import (
+    blind_distance_figure_tag,
     blind_distance_tag,
     predicted_tag,
     underflow_figure_tag,
@@ -46,8 +47,10 @@ class UnderflowMonitor(PeriodicEvaluation):
     - ``blind_distance/layer{l}/head{h}``: the measured blindness distance (longest length; a head the batch never
       saw blind logs nothing), beside the calculator's ``blind_distance_predicted/materialized/head{h}`` (the
       definition of the eager softmax measured here, at the longest length) and
-      ``blind_distance_predicted/fused/head{h}`` (what FlexAttention training kernels follow);
-    - images: the layer x head zero-share heatmap and underflow share against distance per head (longest length).
+      ``blind_distance_predicted/fused/head{h}`` (what FlexAttention training kernels follow); during fit the
+      predictions are logged only where the position stack trains (fixed slopes predict the same at every step);
+    - images: the layer x head zero-share heatmap, underflow share against distance per head, and each head's
+      measured blind distance (each layer) beside its predictions (``blind_distance/by_head``), at the longest length.
 
     What the zeros do to gradients is ``GradientBlindness``'s. Rank 0 measures and writes while the other ranks
     wait at their next collective, so all stay in step.
@@ -111,8 +114,9 @@ class UnderflowMonitor(PeriodicEvaluation):
             softmax: predicted_blind_distances(position, longest_length, dtype, threshold, softmax)
             for softmax in ("materialized", "fused")
         }
-        for softmax, distances in predicted.items():
-            per_head(scalars, partial(predicted_tag, softmax, prefix=prefix), distances)
+        if prefix or learned(position):  # during fit, fixed positions would log the same value at every step
+            for softmax, distances in predicted.items():
+                per_head(scalars, partial(predicted_tag, softmax, prefix=prefix), distances)
         log_scalars(trainer, pl_module, scalars, prefix)
         figures = {
             underflow_figure_tag("heatmap", prefix): lambda _: zero_share_heatmap(
@@ -121,48 +125,55 @@ class UnderflowMonitor(PeriodicEvaluation):
             underflow_figure_tag("by_distance", prefix): lambda _: zero_share_by_distance(
                 longest, predicted["materialized"]
             ),
+            blind_distance_figure_tag(prefix): lambda step: blind_distance_figure(
+                torch.stack([s.blind_distance for s in longest]),
+                predicted,
+                longest_length,
+                f"blind distance per head at {longest_length} tokens, step {step}",
+            ),
         }
         log_figures(trainer, pl_module, figures)
         return scalars
 
 
-SOFTMAXES = "(materialized|fused)"  # both predictions, in one chart
-
-
 def underflow_charts(trainer: L.Trainer, pl_module: DecoderLM, monitor: UnderflowMonitor) -> dict:
-    """Underflow per layer at the monitor's longest length (at the training length little or nothing is blind), and
-    per head its measured blind distance beside the predicted ones, in separate charts. A head is measured blind only
-    within the longest length: heads predicted blind beyond it share one chart of predictions."""
+    """Charts of one line each (TensorBoard gives every line of a run one colour): underflow's mean over layers and
+    heads per length measured (per head, the heatmap image); for each head predicted blind within the longest length
+    its measured blind distance per layer, and where the position stack trains its prediction (materialized, the
+    softmax measured). The images ``blind_distance/by_head`` and ``underflow/by_distance`` set them side by side."""
     base = training_length(trainer, pl_module)
-    longest = max(scaled_lengths(base, monitor.length_factors))
-    at = length_label(longest, base)
+    lengths = scaled_lengths(base, monitor.length_factors)
+    longest = max(lengths)
     config = pl_module.decoder.config
     assert config.num_layers is not None  # DecoderConfig fills its shape
     underflow = {
-        f"layer {layer}": chart(underflow_tag(layer, r"\d+", at=re.escape(at)) + "$")
-        for layer in range(config.num_layers)
+        f"mean at {length} tokens ({length_label(length, base)})": chart(
+            underflow_mean_tag(re.escape(length_label(length, base))) + "$"
+        )
+        for length in lengths
     }
-    underflow["mean over layers and heads, by length"] = chart(underflow_mean_tag(r"[\d.]+x") + "$")
+    position = pl_module.decoder.position
     predicted = [
-        predicted_blind_distances(pl_module.decoder.position, longest, autocast_dtype(trainer), config.threshold, s)
+        predicted_blind_distances(position, longest, autocast_dtype(trainer), config.threshold, s)
         for s in ("materialized", "fused")
     ]
-    distances, beyond = {}, []
+    distances = {}
     for head, distance in enumerate(torch.maximum(*predicted).tolist()):
         if distance <= longest:
-            distances[f"head {head}: measured (each layer)"] = chart(blind_distance_tag(r"\d+", head) + "$")
-            distances[f"head {head}: predicted"] = chart(predicted_tag(SOFTMAXES, head) + "$")
-        elif distance != float("inf"):
-            beyond.append(str(head))
-    if beyond:
-        distances[f"heads {', '.join(beyond)}: predicted (beyond {longest} tokens)"] = chart(
-            predicted_tag(SOFTMAXES, f"({'|'.join(beyond)})") + "$"
-        )
-    categories = {f"underflow at {longest} tokens ({at}): share of weights exactly zero, per layer": underflow}
+            for layer in range(config.num_layers):
+                distances[f"head {head}, layer {layer}: measured"] = chart(blind_distance_tag(layer, head) + "$")
+            if learned(position):
+                distances[f"head {head}: predicted"] = chart(predicted_tag("materialized", head) + "$")
+    categories = {"underflow: share of causal weights exactly zero, mean over layers and heads": underflow}
     if distances:
-        title = f"blind distance at {longest} tokens: measured in eager weights (q.k included), predicted (bias alone)"
-        categories[title] = distances
+        title = f"blind distance at {longest} tokens: measured in eager weights (q.k included)"
+        categories[title + (", predicted (bias alone)" if learned(position) else "")] = distances
     return categories
+
+
+def learned(position) -> bool:
+    """Whether training changes the position stack, and with it the predicted blind distances."""
+    return any(p.requires_grad for p in position.parameters())
 
 
 def length_label(length: int, base: int) -> str:

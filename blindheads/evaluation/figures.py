@@ -43,7 +43,7 @@ def zero_share_by_distance(
     """Underflow share against distance per head (mean over layers); dotted lines mark each head's predicted
     blindness distance (``normal`` threshold), dashed ones the ``subnormal`` prediction when given."""
     share = mean_zero_share_by_distance(layers).numpy()
-    figure, axis = _figure(7, 4)
+    figure, axis = _figure(9, 4)
     lines = []
     for head, row in enumerate(share):
         (line,) = axis.plot(row, label=f"head {head}")
@@ -63,7 +63,48 @@ def zero_share_by_distance(
         if values is not None:
             (proxy,) = axis.plot([], [], color="grey", linestyle=style, linewidth=1, label=label)
             handles.append(proxy)
-    axis.legend(handles=handles, fontsize="small", ncol=2)
+    columns = 1 if len(handles) <= 12 else 2
+    axis.legend(handles=handles, fontsize="small", ncol=columns, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside
+    figure.tight_layout()
+    return figure
+
+
+PREDICTIONS = {  # softmax -> label and style of its predicted blind distances
+    "materialized": ("predicted, materialized softmax (eager, SDPA: as measured)", {"color": "C1", "marker": "x"}),
+    "fused": ("predicted, fused softmax (FlexAttention)", {"color": "C2", "marker": "+", "linestyle": "--"}),
+}
+
+
+def blind_distance_figure(measured: torch.Tensor, predicted: dict[str, torch.Tensor], longest: int, title: str = ""):
+    """Each head's blind distance (tokens, log axis): ``measured`` (layers, heads) in each layer's eager weights, one
+    dot per layer, ``inf`` where the layer is not blind within the ``longest`` length measured (drawn as a triangle at
+    that length, which is marked); beside it a line per softmax of ``predicted`` (heads) from the bias alone
+    (``PREDICTIONS``; infinite predictions, no bias, are left out)."""
+    figure, axis = _figure(7, 4)
+    layers, heads = measured.shape
+    spread = np.linspace(-0.15, 0.15, layers) if layers > 1 else np.zeros(1)  # the layers side by side
+    finite = torch.isfinite(measured)
+    beyond = f"not blind within {longest} tokens (each layer)"
+    for label, blind, marker in (("measured in eager weights (each layer)", True, "o"), (beyond, False, "^")):
+        cells = (finite == blind).nonzero().tolist()  # (layer, head) pairs
+        if cells:
+            xs = [head + spread[layer] for layer, head in cells]
+            ys = [measured[layer, head].item() if blind else longest for layer, head in cells]
+            axis.plot(xs, ys, linestyle="", color="C0", marker=marker, fillstyle="full" if blind else "none",
+                      label=label)  # fmt: skip
+    for softmax, values in predicted.items():
+        label, style = PREDICTIONS[softmax]
+        shown = [(head, value) for head, value in enumerate(values.tolist()) if math.isfinite(value)]
+        if shown:
+            axis.plot(*zip(*shown), label=label, **style)
+    axis.axhline(longest, color="black", linewidth=1)
+    axis.annotate(f" longest length measured ({longest})", (-0.4, longest), fontsize="small", va="bottom")
+    axis.set_yscale("log", base=2)
+    axis.set_xticks(range(heads))
+    axis.set_xlabel("head")
+    axis.set_ylabel("blind distance (tokens)")
+    axis.set_title(title)
+    axis.legend(fontsize="small", loc="upper left")
     figure.tight_layout()
     return figure
 

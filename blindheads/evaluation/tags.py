@@ -93,6 +93,11 @@ def blind_distance_tag(layer: int | str, head: int | str, prefix: str = "") -> s
     return f"{prefix}blind_distance/layer{layer}/head{head}"
 
 
+def blind_distance_figure_tag(prefix: str = "") -> str:
+    """The image of each head's measured blind distance (each layer) beside its predicted ones."""
+    return f"{prefix}blind_distance/by_head"
+
+
 BLIND_DISTANCE = _pattern(rf"blind_distance/layer(?P<layer>\d+){_HEAD}")
 
 
