@@ -128,16 +128,17 @@ def judge(
         return found
     # A grid done in parts has setups with fewer seeds than the rest: a finding whose verdict reads otherwise
     # without them rests on them, and gets none yet; the others stand (their rows still cite every setup).
-    few = {setup: n for setup, n in short.groupby("setup_a")["seeds"].max().items() if setup in set(distances["setup"])}
+    trained = set(distances["setup"])
+    lacking = {setup: n for setup, n in short.groupby("setup_a")["seeds"].max().items() if setup in trained}
     kept = comparisons.index[comparisons["seeds"] >= MIN_SEEDS]
     enough = _judged(
         comparisons.loc[kept],
         verdicts.loc[kept],
-        distances[~distances["setup"].isin(few)],
-        heads[~heads["setup"].isin(few)] if not heads.empty else heads,
+        distances[~distances["setup"].isin(lacking)],
+        heads[~heads["setup"].isin(lacking)] if not heads.empty else heads,
         None if losses is None else losses[losses["seeds"] >= MIN_SEEDS],
     )
-    waiting = ", ".join(f"{setup} has {n} of the {MIN_SEEDS} seeds a verdict needs" for setup, n in few.items())
+    waiting = ", ".join(f"{setup} has {n} of the {MIN_SEEDS} seeds a verdict needs" for setup, n in lacking.items())
     return [f if f.verdict == g.verdict else Finding(f.number, f.claim, f"no verdict: {waiting}", f.evidence)
             for f, g in zip(found, enough, strict=True)]  # fmt: skip
 
