@@ -247,6 +247,27 @@ def test_a_record_kept_in_the_summary_folder_is_a_done_run_on_any_checkout(tmp_p
     assert complete(late, Jobs(), out, identity([], []), deadline=0.0) is None and len(Jobs.launched) == 1
 
 
+def test_a_summary_started_from_kept_records_alone_takes_each_that_matches_its_run(tmp_path):
+    """An experiment whose setups or configs changed carries its finished runs into a new summary: a folder holding
+    only ``records/`` is claimed, and each record still has to match its run's options."""
+    out, run = tmp_path / "out", Run("alibi seed 0", tmp_path / "runs/alibi/seed0", {"setup": "alibi"}, ["--a", "1"],
+                                     [], ("conjecture-arm",))  # fmt: skip
+    wanted = identity(run.options, [])
+    record = complete(run, DriverThatTests(0), out, wanted)
+    shutil.rmtree(tmp_path / "runs")
+    summary = identity(["--setups", "alibi", "nope"], [])
+    claim(out, summary, "--out")  # records/ alone: taken on
+    assert read_json(out / "options.json") == summary
+    assert complete(run, DriverThatTests(0), out, wanted) == record
+    (out / "options.json").unlink()
+    (out / "summary.md").write_text("a table of the old summary")
+    with pytest.raises(RunChanged, match="holds files made without a record of their options"):
+        claim(out, summary, "--out")
+    (tmp_path / "run/records").mkdir(parents=True)
+    with pytest.raises(RunChanged, match="holds files made without a record of their options"):
+        claim(tmp_path / "run", wanted)  # a run directory takes nothing on
+
+
 class DriverThatTests:
     """A driver whose ``test`` writes the results of step ``step`` (and whose ``fit`` does nothing); it lists what
     it was asked to run."""

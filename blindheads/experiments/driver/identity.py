@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from blindheads import locks
-from blindheads.experiments.driver.folders import DRIVER_LOCK
+from blindheads.experiments.driver.folders import DRIVER_LOCK, RECORDS
 from blindheads.experiments.driver.records import read_json, write_json
 from blindheads.locks import RUN_LOCK
 from blindheads.packaged import CALLBACK_DEFAULTS, packaged
@@ -68,6 +68,12 @@ def summary_identity(args, config_files: list[str]) -> dict:
     return identity(options, config_files)
 
 
+# What a folder may hold before it is claimed. A summary folder holding only kept records takes them on: each names
+# its run's options and is checked against them one by one (``loop.complete``), so an experiment whose setups or
+# configs changed carries its finished runs into a new summary by starting one from its ``records/``.
+_UNCLAIMED = {"--out": (DRIVER_LOCK, RECORDS)}
+
+
 def check(run_dir: Path, wanted: dict, option: str = "--runs") -> None:
     """Refuse ``run_dir`` if it was made with other options than ``wanted`` (naming the difference), or if a live
     run holds it (a job an earlier driver left running: its log and checkpoints are still being written)."""
@@ -79,7 +85,7 @@ def check(run_dir: Path, wanted: dict, option: str = "--runs") -> None:
         if before != wanted:
             raise RunChanged(f"{run_dir} was made with other options ({difference(before, wanted)}); remove it "
                              f"to run it again with these, or pass another {option}")  # fmt: skip
-    elif run_dir.exists() and any(p.name != DRIVER_LOCK for p in run_dir.iterdir()):
+    elif run_dir.exists() and any(p.name not in _UNCLAIMED.get(option, (DRIVER_LOCK,)) for p in run_dir.iterdir()):
         raise RunChanged(f"{run_dir} holds files made without a record of their options; remove it or pass another "
                          f"{option}")  # fmt: skip
 
