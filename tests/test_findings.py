@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from blindheads.experiments.grid.comparisons import REGIME, regime_row, write_comparisons
-from blindheads.experiments.grid.findings import judge, write_findings
+from blindheads.experiments.grid.findings import Rows, judge, write_findings
 from blindheads.experiments.grid.losses import compare_losses, per_seed_losses
 from blindheads.experiments.grid.tables import head_attribution, recall_by_distance
 
@@ -133,6 +133,9 @@ def test_the_papers_regime_row_is_the_difference_of_differences_seed_by_seed():
     half = 3.182446 * by_hand.std(ddof=1) / 2  # t[3] 97.5%, printed
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((by_hand.mean() - half, by_hand.mean() + half), abs=1e-5)
     assert regime_row(pd.DataFrame(rows), 50.0) is None, "no in-window point inside 50 tokens"
+    table = pd.DataFrame([row])
+    cited = Rows(table, table.assign(verdict="lower")).cite(row["setup_a"], row["setup_b"], REGIME)
+    assert cited.startswith("(alibi - nope, beyond 120 tokens) - (alibi - nope, inside), in the window: -0.")
 
 
 def test_finding_5_reads_the_held_out_loss_against_alibi(tmp_path):

@@ -75,11 +75,13 @@ class Rows:
         return self.table.loc[key, "verdict"] if key in self.table.index else None
 
     def cite(self, a: str, b: str, point: str) -> str:
-        """``nope - alibi at 4x: +0.11 [-0.20, +0.44], 5/0/3 seeds``."""
+        """``nope - alibi at 4x: +0.11 [-0.20, +0.44], 5/0/3 seeds``; the paper's-regime row ``(alibi - nope, beyond
+        123 tokens) - (alibi - nope, inside), in the window: ...``."""
         row = self.table.loc[(a, b, point)]
         counts = f"{row['wins']}/{row['ties']}/{row['losses']}"
         interval = f"[{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]" if row["seeds"] > 1 else "[one seed]"
-        return f"{a} - {b} at {point.removeprefix('distance')}: {row['mean_diff']:+.2f} {interval}, {counts} seeds"
+        pair = f"({a}) - ({b}), {point}" if point == REGIME else f"{a} - {b} at {point.removeprefix('distance')}"
+        return f"{pair}: {row['mean_diff']:+.2f} {interval}, {counts} seeds"
 
     def cite_all(self, a: str, b: str, points: list[str]) -> str:
         """One pair at several points, in one clause: each point's mean, the span of their intervals (not an
