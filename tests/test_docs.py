@@ -82,8 +82,9 @@ def test_the_docs_name_commands_at_all_and_only_real_subcommands():
 
 
 @pytest.mark.parametrize("page", ["README.md", "results/README.md"])
-def test_the_findings_shown_are_the_ones_the_grid_wrote(page):
-    """The verdicts a reader sees are the grid's ``findings.md`` table, word for word: none typed by hand."""
-    written = (REPO / "results/recall_by_distance/findings.md").read_text()
+@pytest.mark.parametrize("grid", ["recall_by_distance", "in_window"])
+def test_the_findings_shown_are_the_ones_the_grid_wrote(page, grid):
+    """The verdicts a reader sees are the grids' ``findings.md`` tables, word for word: none typed by hand."""
+    written = (REPO / "results" / grid / "findings.md").read_text()
     table = "\n".join(line for line in written.splitlines() if line.startswith("|"))
     assert table.count("\n") >= 6 and table in (REPO / page).read_text()
