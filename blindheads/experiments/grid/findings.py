@@ -308,8 +308,8 @@ def _separable(rows: Rows, beyond: list[str]) -> Finding:
         elif verdict == "higher":
             parts.append("inside the window, ALiBi gains on NoPE beyond its first blind distance")
         else:
-            parts.append("inside the window, ALiBi's recall against NoPE's is no lower beyond its first blind distance "
-                         "than inside it")  # fmt: skip
+            parts.append("inside the window, ALiBi's recall against NoPE's is not shown to be lower beyond its first "
+                         "blind distance than inside it (a tie is no equivalence: the interval is the evidence)")  # fmt: skip
     capped = [p for p in beyond if rows.verdict(REFERENCE + CAPPED, REFERENCE, p) is not None]
     if capped:
         restored = rows.points_where(REFERENCE + CAPPED, REFERENCE, "higher", capped)
