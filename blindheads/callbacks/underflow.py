@@ -153,6 +153,7 @@ def underflow_charts(trainer: L.Trainer, pl_module: DecoderLM, monitor: Underflo
         for length in lengths
     }
     position = pl_module.decoder.position
+    trains = learned(position)
     predicted = [
         predicted_blind_distances(position, longest, autocast_dtype(trainer), config.threshold, s)
         for s in ("materialized", "fused")
@@ -162,12 +163,12 @@ def underflow_charts(trainer: L.Trainer, pl_module: DecoderLM, monitor: Underflo
         if distance <= longest:
             for layer in range(config.num_layers):
                 distances[f"head {head}, layer {layer}: measured"] = chart(blind_distance_tag(layer, head) + "$")
-            if learned(position):
+            if trains:
                 distances[f"head {head}: predicted"] = chart(predicted_tag("materialized", head) + "$")
     categories = {"underflow: share of causal weights exactly zero, mean over layers and heads": underflow}
     if distances:
         title = f"blind distance at {longest} tokens: measured in eager weights (q.k included)"
-        categories[title + (", predicted (bias alone)" if learned(position) else "")] = distances
+        categories[title + (", predicted (bias alone)" if trains else "")] = distances
     return categories
 
 
