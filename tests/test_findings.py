@@ -114,8 +114,20 @@ def test_blindness_inside_the_window_counts_and_a_trained_zero_free_arm_decides(
     assert found[1].verdict.startswith("not shown: trained without them (alibi_zero_free), recall is no higher at any "
                                        "of the 2 points")  # fmt: skip
     assert "(at evaluation alone" not in found[1].verdict
+    assert "; the intervals exclude gains above +0." in found[1].verdict
+    assert found[1].verdict.endswith("in no episode there is every carrier blind at once (carriers_blind 0.00): "
+                                     "another carrier still reads the fact, so what is tested is a blind head beside "
+                                     "one that sees")  # fmt: skip
+    together = {**grid, "alibi": {0.5: (1.0, None, 0.0), 4: (0.2, 0.9, 0.25)}}  # every carrier blind in 1 of 4
+    assert found_with(tmp_path, together)[1].verdict.endswith(
+        "every carrier blind at once in at most 0.25 of the episodes there"
+    )
     helped = {**grid, "alibi_zero_free": {0.5: (1.0, None, 0.0), 4: (0.9, 0.9, 0.0)}}
-    assert findings(tmp_path, records(helped, blind_by=32.0))[1].verdict.startswith("shown: trained without them")
+    assert found_with(tmp_path, helped)[1].verdict.startswith("shown: trained without them")
+
+
+def found_with(tmp_path, grid):
+    return findings(tmp_path, records(grid, blind_by=32.0))
 
 
 def test_the_papers_regime_row_is_the_difference_of_differences_seed_by_seed():

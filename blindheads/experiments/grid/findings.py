@@ -14,7 +14,9 @@ are the points, inside the window or beyond it, from which a head that carries i
    (``alibi_zero_free - alibi``: the model in float64 from the first step, gradient through every far weight) where
    the experiment ran it; else re-scored (``SETUP zero-free - SETUP``: float64 at evaluation, which a forward pass can
    hardly tell from float32, so it can only show that the zeros cost nothing at evaluation). **shown** where zero-free
-   is ``higher`` at a blind point; **not shown** where it is not at any; **not testable here** where blindness
+   is ``higher`` at a blind point; **not shown** where it is not at any, with the largest gain the intervals leave
+   open and how often every carrier is blind at once there (``carriers_blind``: where never, a blind head always has
+   one that sees beside it, and only that is tested); **not testable here** where blindness
    occurs only in setups that never recall; **not tested** without a zero-free arm or blind carriers. Small weights
    (``SETUP floored - SETUP``, ``clamp - alibi``) and the cap stand beside it as evidence.
 2. *Log-scaled distances give the most consistent improvement*: **reproduces alone** where ``log_distance`` is
@@ -201,6 +203,17 @@ def blind_points(rows: Rows, distances: pd.DataFrame, heads: pd.DataFrame) -> tu
     return points, evidence
 
 
+def all_blind(distances: pd.DataFrame, points: dict[str, list[str]]) -> float | None:
+    """The largest share of episodes in which every head that carries recall gives the fact exactly 0
+    (``carriers_blind``, mean over seeds) at the given points of each setup; None where it was not measured."""
+    if "carriers_blind" not in distances:
+        return None
+    at = distances.assign(point=distances["factor"].map(distance_point))
+    chosen = pd.concat([at[(at["setup"] == s) & at["point"].isin(ps)] for s, ps in points.items()] or [at.iloc[:0]])
+    shares = chosen.dropna(subset=["carriers_blind"]).groupby(["setup", "point"])["carriers_blind"].mean()
+    return float(shares.max()) if len(shares) else None
+
+
 def _blindness(rows: Rows, beyond: list[str], distances: pd.DataFrame, heads: pd.DataFrame) -> Finding:
     claim = "Blindness (exact zeros) can substantially impair token retrieval"
     blind, evidence = blind_points(rows, distances, heads)
@@ -246,6 +259,15 @@ def _blindness(rows: Rows, beyond: list[str], distances: pd.DataFrame, heads: pd
         if not trained:
             verdict += (" (at evaluation alone, the expected answer: a weight of 1e-50 adds no more to a sum than 0 "
                         "does; whether the zeros stop learning needs the trained arm)")  # fmt: skip
+        ceiling = rows.table.loc[deciding, "ci_high"].max()
+        if pd.notna(ceiling):
+            verdict += f"; the intervals exclude gains above {ceiling:+.2f}"
+        together = all_blind(distances, {s: [p for _, plain, p in deciding if plain == s] for s in blind})
+        if together == 0:
+            verdict += ("; in no episode there is every carrier blind at once (carriers_blind 0.00): another carrier "
+                        "still reads the fact, so what is tested is a blind head beside one that sees")  # fmt: skip
+        elif together is not None:
+            verdict += f"; every carrier blind at once in at most {together:.2f} of the episodes there"
     return Finding(1, claim, verdict, "; ".join([*evidence, *cited, untested]))
 
 
