@@ -167,3 +167,18 @@ def test_the_table_is_written(tmp_path):
     text = (tmp_path / "findings.md").read_text()
     assert "| finding | verdict at this scale | evidence (rows of `comparisons.csv`, `losses.csv`) |" in text
     assert text.count("\n| ") == 6
+
+
+def test_a_finding_that_reads_a_pair_at_some_points_is_its_own_holm_family():
+    """Four points, each p_t 0.02 with the interval above 0 in 6 of 8 seeds: over the pair's four points Holm
+    gives 0.08 (no verdict), over the two a finding reads 0.04 (higher)."""
+    points = ["distance0.5x", "distance1x", "distance2x", "distance4x"]
+    table = pd.DataFrame({"setup_a": "a", "setup_b": "b", "point": points, "mean_diff": 0.1, "ci_low": 0.01,
+                          "ci_high": 0.2, "seeds": 8, "wins": 6, "ties": 2, "losses": 0, "p_t": 0.02,
+                          "p_holm": 0.08})  # fmt: skip
+    rows = Rows(table, table.assign(verdict="no difference shown"))
+    assert rows.verdict("a", "b", "distance2x") == "no difference shown"
+    assert rows.within([("a", "b", "distance2x"), ("a", "b", "distance4x")]) == {
+        ("a", "b", "distance2x"): "higher",
+        ("a", "b", "distance4x"): "higher",
+    }

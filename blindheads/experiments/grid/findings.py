@@ -14,7 +14,7 @@ are the points, inside the window or beyond it, from which a head that carries i
    (``alibi_zero_free - alibi``: the model in float64 from the first step, gradient through every far weight) where
    the experiment ran it; else re-scored (``SETUP zero-free - SETUP``: float64 at evaluation, which a forward pass can
    hardly tell from float32, so it can only show that the zeros cost nothing at evaluation). **shown** where zero-free
-   is ``higher`` at a blind point; **not shown** where it is not at any, with the largest gain the intervals leave
+   is ``higher`` at a blind point (Holm over those points alone: the finding's own family); **not shown** where it is not at any, with the largest gain the intervals leave
    open and how often every carrier is blind at once there (``carriers_blind``: where never, a blind head always has
    one that sees beside it, and only that is tested); **not testable here** where blindness
    occurs only in setups that never recall; **not tested** without a zero-free arm or blind carriers. Small weights
@@ -46,7 +46,16 @@ import pandas as pd
 
 from blindheads.evaluation.attribution import CARRIES
 from blindheads.evaluation.tags import distance_point
-from blindheads.experiments.grid.comparisons import BASELINE, CAPPED, FLOORED, REFERENCE, REGIME, ZERO_FREE
+from blindheads.experiments.grid.comparisons import (
+    BASELINE,
+    CAPPED,
+    FLOORED,
+    REFERENCE,
+    REGIME,
+    ZERO_FREE,
+    holm,
+)
+from blindheads.experiments.grid.comparisons import verdicts as rule_verdicts
 from blindheads.experiments.grid.losses import MINOR, minor
 from blindheads.experiments.grid.retrieval_comparisons import MIN_SEEDS
 
@@ -96,6 +105,13 @@ class Rows:
         counts = "/".join(str(int(rows[c].sum())) for c in ("wins", "ties", "losses"))
         return (f"{a} - {b} at {named(points)}: {means}, intervals within [{rows['ci_low'].min():+.2f}, "
                 f"{rows['ci_high'].max():+.2f}], {counts} seed-points")  # fmt: skip
+
+    def within(self, keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], str]:
+        """The verdicts of these rows with Holm's adjustment over them alone: a finding that reads a pair at some of
+        its points (finding 1 at the blind points) is its own family, not the pair at every point."""
+        part = self.table.loc[keys].reset_index()
+        part["p_holm"] = holm(part["p_t"], pd.Series(0, index=part.index))
+        return dict(zip(keys, rule_verdicts(part)["verdict"], strict=True))
 
     def points_where(self, a: str, b: str, verdict: str, points: list[str]) -> list[str]:
         return [p for p in points if self.verdict(a, b, p) == verdict]
@@ -247,7 +263,7 @@ def _blindness(rows: Rows, beyond: list[str], distances: pd.DataFrame, heads: pd
     deciding = trained or rescored
     if not deciding:
         return Finding(1, claim, "not tested: no zero-free arm", "; ".join([*evidence, *cited, untested]))
-    higher = [row for row in deciding if rows.verdict(*row) == "higher"]
+    higher = [row for row, verdict in rows.within(deciding).items() if verdict == "higher"]
     how = "trained without them (alibi_zero_free)" if trained else "re-scored without them (float64)"
     if higher:
         verdict = f"shown: {how}, recall is higher where carriers are exactly blind: " + ", ".join(
