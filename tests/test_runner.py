@@ -142,7 +142,7 @@ def test_a_summary_is_replaced_whole_and_a_kill_mid_replace_is_undone(tmp_path, 
     """A reader sees the old summary or the new one, never tables of one and results.json of the other."""
     out = tmp_path / "out"
     out.mkdir()
-    for name in ("summary.md", "results.json", "options.json"):
+    for name in ("summary.md", "results.json", "options.json", "README.md"):
         (out / name).write_text("old")
 
     def failed(staging):
@@ -151,7 +151,7 @@ def test_a_summary_is_replaced_whole_and_a_kill_mid_replace_is_undone(tmp_path, 
 
     with pytest.raises(KeyboardInterrupt):
         publish(out, failed)
-    old = dict.fromkeys(("summary.md", "results.json", "options.json"), "old")
+    old = dict.fromkeys(("summary.md", "results.json", "options.json", "README.md"), "old")
     assert {p.name: p.read_text() for p in out.iterdir()} == old and sorted(os.listdir(tmp_path)) == ["out"]
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -167,6 +167,7 @@ def test_a_summary_is_replaced_whole_and_a_kill_mid_replace_is_undone(tmp_path, 
         "summary.md": "new",
         "results.json": "new",
         "options.json": "old",
+        "README.md": "old",  # a person's notes on the results: no summary writes one, none removes it
     }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "the killed driver's staging folder is gone"
 

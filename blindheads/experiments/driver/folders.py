@@ -19,6 +19,7 @@ DRIVER_LOCK = ".blindheads-driver.lock"
 
 JOBS = "jobs.json"  # a launched sweep's jobs (``launchers``): kept across summaries
 RECORDS = "records"  # the summary folder's copy of every finished run's record (``loop``): kept across summaries
+NOTES = "README.md"  # a person's notes on the results (no summary writes one): kept across summaries
 
 
 T = TypeVar("T")
@@ -52,7 +53,8 @@ def owned(directory: Path, program: str, option: str) -> Iterator[None]:
 
 def publish(out: Path, write: Callable[[Path], T]) -> T:
     """The summary whole or not at all: ``write`` fills a staging folder beside ``out`` (with a copy of ``out``'s
-    ``options.json``, lock and kept run records), which then replaces ``out`` by two renames: the old folder aside, the new one in.
+    ``options.json``, lock, jobs, notes and kept run records), which then replaces ``out`` by two renames: the old
+    folder aside, the new one in.
     A reader sees the old summary or the new one, never tables of one and ``results.json`` of the other; a driver
     killed while writing leaves a staging folder the next one removes, one killed between the renames leaves the old
     summary aside, and the next driver puts it back (``owned``)."""
@@ -60,7 +62,7 @@ def publish(out: Path, write: Callable[[Path], T]) -> T:
     staging, aside = atomic.staging_path(out), out.with_name(f".{out.name}.previous-{os.getpid()}")
     staging.mkdir()
     try:
-        for name in ("options.json", DRIVER_LOCK, JOBS):
+        for name in ("options.json", DRIVER_LOCK, JOBS, NOTES):
             if (out / name).exists():
                 shutil.copy2(out / name, staging / name)
         if (out / RECORDS).is_dir():

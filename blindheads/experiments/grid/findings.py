@@ -14,9 +14,11 @@ are the points, inside the window or beyond it, from which a head that carries i
    (``alibi_zero_free - alibi``: the model in float64 from the first step, gradient through every far weight) where
    the experiment ran it; else re-scored (``SETUP zero-free - SETUP``: float64 at evaluation, which a forward pass can
    hardly tell from float32, so it can only show that the zeros cost nothing at evaluation). **shown** where zero-free
-   is ``higher`` at a blind point (Holm over those points alone: the finding's own family); **not shown** where it is not at any, with the largest gain the intervals leave
-   open and how often every carrier is blind at once there (``carriers_blind``: where never, a blind head always has
-   one that sees beside it, and only that is tested); **not testable here** where blindness
+   is ``higher`` at a blind point (Holm over those points alone: the finding's own family); **not shown** where it
+   is not at any, with the largest gain the intervals leave open, how often every carrier is blind at once there
+   (``carriers_blind``: where never, a blind head always has one that sees beside it, and only that is tested), and
+   the carriers blind already where they were ablated (their cost is work nearer than their blind distance, not the
+   fact's weight); **not testable here** where blindness
    occurs only in setups that never recall; **not tested** without a zero-free arm or blind carriers. Small weights
    (``SETUP floored - SETUP``, ``clamp - alibi``) and the cap stand beside it as evidence.
 2. *Log-scaled distances give the most consistent improvement*: **reproduces alone** where ``log_distance`` is
@@ -84,6 +86,13 @@ class Rows:
     def verdict(self, a: str, b: str, point: str) -> str | None:
         key = (a, b, point)
         return self.table.loc[key, "verdict"] if key in self.table.index else None
+
+    def wins(self, a: str, b: str, point: str) -> tuple[int, int]:
+        """In how many of its seeds ``a`` is above ``b`` at the point, and of how many; (0, 0) where not compared."""
+        key = (a, b, point)
+        if key not in self.table.index:
+            return 0, 0
+        return int(self.table.loc[key, "wins"]), int(self.table.loc[key, "seeds"])
 
     def cite(self, a: str, b: str, point: str) -> str:
         """``nope - alibi at 4x: +0.11 [-0.20, +0.44], 5/0/3 seeds``; the paper's-regime row ``(alibi - nope, beyond
@@ -181,17 +190,35 @@ def _judged(
     ]
 
 
-def blind_points(rows: Rows, distances: pd.DataFrame, heads: pd.DataFrame) -> tuple[dict[str, list[str]], list[str]]:
+@dataclass(frozen=True)
+class BlindCarriers:
+    """``blind_points``' answer: per setup its blind points (nearest first), its blind carriers (``l0h0``) and those
+    of them blind already where they were ablated, and the evidence lines."""
+
+    points: dict[str, list[str]]
+    carriers: dict[str, list[str]]
+    ablated_blind: dict[str, list[str]]
+    evidence: list[str]
+
+
+def blind_points(rows: Rows, distances: pd.DataFrame, heads: pd.DataFrame) -> BlindCarriers:
     """Per setup that recalls above the best constant answer in the window, its blind points (nearest first), and
     the evidence lines naming each carrier blind in most of its seeds. A point counts only where the zeros are
     underflow that float64 removes: some of the fact's weights exactly 0 in the training precision and none in the
     float64 re-score (a sliding window's masked keys are 0 in any dtype; where float64 keeps zeros too, the re-score
-    is no zero-free test, and the point is named as such), or, not re-scored, where some are 0."""
+    is no zero-free test, and the point is named as such), or, not re-scored, where some are 0.
+
+    A carrier is a head whose ablation at the answer's query, at the farthest in-window point (``EpisodeRecall``),
+    costs recall; one whose fact weight is already exactly 0 there cannot be passing the fact at that point, so
+    what its ablation costs is its work nearer than its blind distance: it is named as blind where ablated."""
     factors = sorted(distances["factor"].unique())
     window = distances["window"].iloc[0]
     inside = [f for f in factors if distance_point(f) not in beyond_window(distances)]
+    ablated_at = inside[-1] * window if inside else None  # tokens: where EpisodeRecall ablates
     carriers = heads[heads["ablation_cost"] >= CARRIES] if not heads.empty else heads
     points: dict[str, list[str]] = {}
+    blind_carriers: dict[str, list[str]] = {}
+    ablated_blind: dict[str, list[str]] = {}
     evidence = []
     for setup in dict.fromkeys(distances["setup"]):
         if not inside or rows.verdict(setup, BASELINE, distance_point(inside[-1])) != "higher":
@@ -212,11 +239,16 @@ def blind_points(rows: Rows, distances: pd.DataFrame, heads: pd.DataFrame) -> tu
             first = float(blind.min()) / window
             if len(blind) * 2 > len(frame) and any(f >= first - 1e-9 for f in underflow):  # most seeds, underflow
                 where = "inside the window" if first < 1 else "beyond the window"
-                evidence.append(f"{setup} l{layer}h{head} exactly blind by {named([distance_point(first)])} ({where}) "
-                                f"in {len(blind)} of the {len(frame)} seeds it carries recall in")  # fmt: skip
+                line = (f"{setup} l{layer}h{head} exactly blind by {named([distance_point(first)])} ({where}) "
+                        f"in {len(blind)} of the {len(frame)} seeds it carries recall in")  # fmt: skip
+                blind_carriers.setdefault(setup, []).append(f"l{layer}h{head}")
+                if ablated_at is not None and float(blind.min()) <= ablated_at + 1e-9:
+                    ablated_blind.setdefault(setup, []).append(f"l{layer}h{head}")
+                    line += f", blind where it was ablated ({ablated_at:g} tokens)"
+                evidence.append(line)
                 at = [distance_point(f) for f in underflow if f >= first - 1e-9]
                 points[setup] = sorted(set(points.get(setup, [])) | set(at), key=lambda p: float(p[8:-1]))
-    return points, evidence
+    return BlindCarriers(points, blind_carriers, ablated_blind, evidence)
 
 
 def all_blind(distances: pd.DataFrame, points: dict[str, list[str]]) -> float | None:
@@ -232,7 +264,8 @@ def all_blind(distances: pd.DataFrame, points: dict[str, list[str]]) -> float | 
 
 def _blindness(rows: Rows, beyond: list[str], distances: pd.DataFrame, heads: pd.DataFrame) -> Finding:
     claim = "Blindness (exact zeros) can substantially impair token retrieval"
-    blind, evidence = blind_points(rows, distances, heads)
+    found = blind_points(rows, distances, heads)
+    blind, evidence = found.points, found.evidence
     setups = list(dict.fromkeys(distances["setup"]))
     shares = distances[distances["factor"].map(distance_point).isin(beyond)]
     factors = sorted(distances["factor"].unique())
@@ -280,10 +313,16 @@ def _blindness(rows: Rows, beyond: list[str], distances: pd.DataFrame, heads: pd
             verdict += f"; the intervals exclude gains above {ceiling:+.2f}"
         together = all_blind(distances, {s: [p for _, plain, p in deciding if plain == s] for s in blind})
         if together == 0:
-            verdict += ("; in no episode there is every carrier blind at once (carriers_blind 0.00): another carrier "
-                        "still reads the fact, so what is tested is a blind head beside one that sees")  # fmt: skip
+            verdict += ("; in no episode is every carrier blind at once (carriers_blind 0.00): another carrier "
+                        "still sees the fact, so what is tested is a blind head beside one that sees")  # fmt: skip
         elif together is not None:
             verdict += f"; every carrier blind at once in at most {together:.2f} of the episodes there"
+    if found.ablated_blind:
+        heads_named = "; ".join(f"{s} {', '.join(hs)}" for s, hs in found.ablated_blind.items())
+        verdict += (f"; carriers blind already where they were ablated ({heads_named}) carry work nearer than "
+                    "their blind distance there, not the fact")  # fmt: skip
+        if found.ablated_blind == found.carriers:
+            verdict += ": no head seen to read the fact goes blind"
     return Finding(1, claim, verdict, "; ".join([*evidence, *cited, untested]))
 
 
@@ -318,7 +357,12 @@ def _strong_baseline(rows: Rows, setups: list[str]) -> Finding:
     claim = "Default ALiBi slopes remain a strong baseline"
     schemes = [s for s in SLOPE_SCHEMES if s in setups]
     if REFERENCE not in setups or not schemes:
-        return Finding(3, claim, "not tested: ALiBi or the other slope schemes did not run", "")
+        missing = (
+            "ALiBi did not run"
+            if REFERENCE not in setups
+            else f"no other slope scheme ({', '.join(SLOPE_SCHEMES)}) ran"
+        )
+        return Finding(3, claim, f"not tested: {missing}", "")
     points = list(dict.fromkeys(p for _, b, p in rows.table.index if b == REFERENCE))
     above = [(s, p) for s in schemes for p in rows.points_where(s, REFERENCE, "higher", points)]
     evidence = "; ".join(
@@ -359,9 +403,14 @@ def _separable(rows: Rows, beyond: list[str]) -> Finding:
         tested = [name for suffix, name in ((ZERO_FREE, "zero-free"), (FLOORED, "floored"))
                   if any(rows.verdict(REFERENCE + suffix, REFERENCE, p) for p in capped)]  # fmt: skip
         if restored and tested and not zeros and not small:
+            some = [f"{name} in {wins} of {seeds} at {named([p])}"
+                    for suffix, name in ((ZERO_FREE, "zero-free"), (FLOORED, "floored")) for p in capped
+                    for wins, seeds in [rows.wins(REFERENCE + suffix, REFERENCE, p)] if wins]  # fmt: skip
             parts.append(f"beyond the window, capping the bias restores ALiBi's recall at {named(restored)} while "
                          f"removing only its exact zeros or raising only its weights below a floor ({', '.join(tested)})"
-                         " restores none: the loss there is not the zeros'; the cap changes every head's far bias, "
+                         " is not shown to restore it at any of them"
+                         + (f" (higher in some seeds: {', '.join(some)})" if some else "")
+                         + ": the loss there is not shown to be the zeros'; the cap changes every head's far bias, "
                          "blind or not, so which of its changes restores recall is not separated")  # fmt: skip
         elif restored:
             parts.append(f"beyond the window, capping the bias restores ALiBi's recall at {named(restored)}"
