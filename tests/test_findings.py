@@ -204,3 +204,14 @@ def test_a_floor_that_lifts_a_few_seeds_is_named_beside_a_restoration_not_shown(
             "at 4x): ") in found[4].verdict  # fmt: skip
     without_schemes = findings(tmp_path, records({s: p for s, p in GRID.items() if s != "steep"}))
     assert without_schemes[3].verdict == "not tested: no other slope scheme (steep, safe, wide, robust) ran"
+
+
+def test_log_distances_judged_beyond_the_window_name_where_they_lose_inside_it(tmp_path):
+    costly = {**GRID, "log_distance": {0.5: (0.8, None, 0.0), 4: (0.6, 0.5, 0.0)}}  # lower than ALiBi's 1.0 inside
+    found = findings(tmp_path, records(costly))
+    assert found[2].verdict == (
+        "reproduces alone beyond the window, where it is judged; in the window log_distance is lower than ALiBi at 0.5x"
+    )
+    assert "log_distance - alibi beyond the window higher at 4x, lower at no point (in the window lower at 0.5x)" in (
+        found[2].evidence
+    )

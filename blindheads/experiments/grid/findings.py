@@ -22,7 +22,8 @@ are the points, inside the window or beyond it, from which a head that carries i
    occurs only in setups that never recall; **not tested** without a zero-free arm or blind carriers. Small weights
    (``SETUP floored - SETUP``, ``clamp - alibi``) and the cap stand beside it as evidence.
 2. *Log-scaled distances give the most consistent improvement*: **reproduces alone** where ``log_distance`` is
-   ``higher`` than ALiBi at the most points beyond the window of any setup and ``lower`` at none; otherwise **not
+   ``higher`` than ALiBi at the most points beyond the window of any setup and ``lower`` at none there (the points
+   in the window where it is ``lower`` are named beside the verdict); otherwise **not
    reproduced alone**, and a combination that holds log distances is named where it is the most often higher
    (which of its parts does it is not separated without their other combinations).
 3. *Default ALiBi slopes remain a strong baseline*: **not beaten** where no other slope scheme is ``higher`` than
@@ -335,8 +336,12 @@ def _log_distances(rows: Rows, beyond: list[str], setups: list[str]) -> Finding:
     }
     if not any(s in LOG_DISTANCES for s in tally):
         return Finding(2, claim, "not tested: no log-distance setup ran", "")
+    inside = {s: rows.points_where(s, REFERENCE, "lower", [p for a, b, p in rows.table.index
+                                                            if (a, b) == (s, REFERENCE) and p not in beyond])
+              for s in tally}  # fmt: skip
     evidence = "; ".join(
-        f"{s} - {REFERENCE} higher at {named(h)}, lower at {named(low)}"
+        f"{s} - {REFERENCE} beyond the window higher at {named(h)}, lower at {named(low)}"
+        + (f" (in the window lower at {named(inside[s])})" if inside[s] else "")
         for s, (h, low) in tally.items()
         if s in LOG_DISTANCES or s in COMPONENTS
     )
@@ -344,7 +349,10 @@ def _log_distances(rows: Rows, beyond: list[str], setups: list[str]) -> Finding:
     most = max(clean.values(), default=0)
     best = [s for s, n in clean.items() if n == most and s in LOG_DISTANCES]
     if LOG_DISTANCES[0] in best:
-        return Finding(2, claim, "reproduces alone", evidence)
+        cost = inside[LOG_DISTANCES[0]]
+        return Finding(2, claim, "reproduces alone" + (f" beyond the window, where it is judged; in the window "
+                                                       f"{LOG_DISTANCES[0]} is lower than ALiBi at {named(cost)}"
+                                                       if cost else ""), evidence)  # fmt: skip
     alone = "not reproduced alone" if LOG_DISTANCES[0] in tally else "not tested alone"
     if best:
         return Finding(
