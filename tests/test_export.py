@@ -7,8 +7,10 @@ import json
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,16 +20,18 @@ from lm_eval import simple_evaluate
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 from support.backends import BACKEND_SPECS
-from support.runs import REPO, copy_run, run_cli, tiny_run_args
-from transformers import AutoModelForCausalLM, LlamaForCausalLM
+from support.runs import REPO, copy_run, in_process, refusal, run_cli, tiny_run_args
+from tokenizers import pre_tokenizers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 import blindheads.modules.position
 from blindheads.callbacks.lm_eval import LMEvalHarness
-from blindheads.datamodules.tokenizer import load_tokenizer
+from blindheads.datamodules.tokenizer import builtin_tokenizer_dir, load_tokenizer
 from blindheads.evaluation.lm_eval_adapter import BlindheadsLM
-from blindheads.export.directory import export
+from blindheads.export.directory import AUTO_MAP, export
 from blindheads.export.remote import relative_imports, remote_code
+from blindheads.export.tokenizer import plain_tokenizer
 from blindheads.modules import DecoderConfig
 from blindheads.modules.config import SIZES
 from blindheads.modules.lm import DecoderLM
@@ -41,9 +45,10 @@ def checkpoint_of(model: DecoderLM, path: Path) -> Path:
     return path
 
 
-def tiny_model(spec: str) -> DecoderLM:
+def tiny_model(spec: str, **fields) -> DecoderLM:
     torch.manual_seed(0)
-    return DecoderLM(DecoderConfig(**{**SIZES["tiny"].__dict__, "position": spec, "attention": "sdpa"})).eval()
+    config = DecoderConfig(**{**SIZES["tiny"].__dict__, "position": spec, "attention": "sdpa", **fields})
+    return DecoderLM(config).eval()
 
 
 OTHER_FAMILIES = ["kerple_log+clamp", "kerple_power", "fire", "t5_buckets"]  # beside ALiBi
@@ -163,10 +168,10 @@ def test_a_rope_decoder_exports_as_a_plain_llama(spec, tmp_path):
     assert difference < LLAMA_TOLERANCE < control, (difference, control)
 
 
-REMOTE_SCRIPT = """import sys, time
+REMOTE_SCRIPT = """import json, os, sys, time
 sys.modules["blindheads"] = None  # unimportable, even where it is installed
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 tokens = torch.load(sys.argv[1])
 for folder in sys.argv[2:]:
     start = time.perf_counter()
@@ -174,8 +179,24 @@ for folder in sys.argv[2:]:
     print(type(model).__module__, type(model).__name__, round(time.perf_counter() - start, 2))
     with torch.no_grad():
         torch.save((model(tokens).logits, model.generate(tokens, max_new_tokens=4, do_sample=False)), folder + ".pt")
+    if os.path.exists(os.path.join(folder, "tokenizer_config.json")):  # its class, and its ids of a sentence
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        ids = tokenizer("The grass is green. The sky is blue.").input_ids
+        with open(folder + ".tokenizer.json", "w") as file:
+            json.dump([type(tokenizer).__module__, type(tokenizer).__name__, ids], file)
 """
 REMOTE_TOLERANCE = 1e-5  # measured: 0 (the same code in another interpreter), logits up to 4.5
+
+
+def load_alone(tokens: torch.Tensor, folders: list[Path], where: Path) -> subprocess.CompletedProcess:
+    """``REMOTE_SCRIPT`` on ``folders`` in a fresh interpreter (``-I``: no PYTHONPATH, no working directory, run in
+    ``where``) where blindheads cannot be imported; its outputs are beside each folder. Fails unless it succeeds."""
+    torch.save(tokens, where / "tokens.pt")
+    environment = {**os.environ, "HF_MODULES_CACHE": str(where / "modules")}
+    command = [sys.executable, "-I", "-c", REMOTE_SCRIPT, str(where / "tokens.pt"), *map(str, folders)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=where, env=environment)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
 
 
 @pytest.mark.slow
@@ -186,13 +207,9 @@ def test_exports_load_with_transformers_alone(tmp_path):
     specs = ["rope", "alibi", "kerple_log+clamp(-10)+log_distance"]
     torch.manual_seed(1)
     tokens = torch.randint(0, 512, (2, 24))
-    torch.save(tokens, tmp_path / "tokens.pt")
     folders = [export(checkpoint_of(tiny_model(spec), tmp_path / f"{i}.ckpt"), tmp_path / f"m{i}") for i, spec in
                enumerate(specs)]  # fmt: skip
-    environment = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    command = [sys.executable, "-I", "-c", REMOTE_SCRIPT, str(tmp_path / "tokens.pt"), *map(str, folders)]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=environment)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = load_alone(tokens, folders, tmp_path)
     loaded = [line.split()[:2] for line in result.stdout.splitlines()]
     assert loaded[0] == ["transformers.models.llama.modeling_llama", "LlamaForCausalLM"], loaded
     assert all(module.startswith("transformers_modules.") for module, _ in loaded[1:]), loaded
@@ -229,8 +246,6 @@ def test_export_of_a_trained_run_includes_its_tokenizer(trained_run, tmp_path):
         text=True,
     )
     assert prompted.returncode == 0 and "[y/N]" not in prompted.stdout + prompted.stderr, prompted.stderr[-2000:]
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
     assert tokenizer.eos_token == "<|endoftext|>" and len(tokenizer) == 4096
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
@@ -240,6 +255,117 @@ def test_export_of_a_trained_run_includes_its_tokenizer(trained_run, tmp_path):
         torch.testing.assert_close(loaded(tokens).logits, original(tokens), rtol=0, atol=0)
         generated = loaded.generate(tokens, max_new_tokens=5, do_sample=False)
     assert generated.shape == (1, tokens.shape[1] + 5)
+
+
+FOREIGN_MODULE = "foreign_tokenization"  # the code a tokenizer folder's auto_map names: it must never run
+FOREIGN_TEMPLATE = "{{ 'FOREIGN TEMPLATE' }}"
+
+
+def foreign_tokenizer(folder: Path, cache_dir: Path, marker: Path) -> Path:
+    """The builtin tokenizer in ``folder`` with what another's tokenizer folder may hold: an ``auto_map`` naming its
+    module (which writes ``marker`` when imported) and a chat template, in tokenizer_config.json and as a file."""
+    shutil.copytree(builtin_tokenizer_dir(cache_dir, 4096), folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": [None, f"{FOREIGN_MODULE}.ForeignTokenizer"]}
+    config["chat_template"] = FOREIGN_TEMPLATE
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").write_text(FOREIGN_TEMPLATE)
+    (folder / f"{FOREIGN_MODULE}.py").write_text(
+        f"from pathlib import Path\nfrom transformers import PreTrainedTokenizerFast\n\nPath({str(marker)!r}).touch()"
+        "\n\n\nclass ForeignTokenizer(PreTrainedTokenizerFast):\n    pass\n"
+    )
+    return folder
+
+
+def foreign_exports(cache_dir: Path, tmp_path: Path) -> tuple[Path, DecoderLM, list[Path]]:
+    """A foreign tokenizer folder, a 4096-token ALiBi model, and its two exports with that tokenizer: one by
+    ``blindheads export --tokenizer PATH``, one from a checkpoint whose ``data.tokenizer`` names the folder."""
+    tokenizer = foreign_tokenizer(tmp_path / "foreign", cache_dir, tmp_path / "foreign-code-ran")
+    model = tiny_model("alibi", vocab_size=4096)
+    ckpt = checkpoint_of(model, tmp_path / "model.ckpt")
+    code, _, stderr = in_process(["export", "--ckpt_path", str(ckpt), "--out", str(tmp_path / "by-flag"),
+                                  "--tokenizer", str(tokenizer)])  # fmt: skip
+    assert code == 0, stderr
+    named = torch.load(ckpt, weights_only=False)
+    named["datamodule_hyper_parameters"] = {"tokenizer": str(tokenizer)}
+    torch.save(named, tmp_path / "named.ckpt")
+    return tokenizer, model, [tmp_path / "by-flag", export(tmp_path / "named.ckpt", tmp_path / "by-checkpoint")]
+
+
+def test_an_export_holds_no_foreign_tokenizer_code_or_template_and_encodes_as_the_tokenizer(cache_dir, tmp_path):
+    """An export with a tokenizer whose folder names code of its own (``auto_map``) and a chat template: no file of
+    the export names the foreign module or holds the template, the only ``auto_map`` is config.json's (the
+    package's two stubs), and the exported tokenizer, a transformers class, encodes as the original one does."""
+    tokenizer, _, folders = foreign_exports(cache_dir, tmp_path)
+    original = load_tokenizer(str(tokenizer), cache_dir)
+    text = f"The pass key is 4. Remember it.{original.eos_token}Here we go."
+    for out in folders:
+        for file in out.iterdir():
+            content = file.read_bytes()
+            assert FOREIGN_MODULE.encode() not in content and b"FOREIGN TEMPLATE" not in content, file
+            assert b"chat_template" not in content and file.suffix != ".jinja", file
+            if file.suffix == ".json" and file.name != "config.json":
+                assert b"auto_map" not in content, file
+        assert json.loads((out / "config.json").read_text())["auto_map"] == AUTO_MAP
+        exported = AutoTokenizer.from_pretrained(out, trust_remote_code=True)
+        assert type(exported).__module__.startswith("transformers."), type(exported)
+        assert exported(text).input_ids == original(text).input_ids and len(exported) == len(original)
+        assert exported.eos_token == original.eos_token and exported.chat_template is None
+    assert not (tmp_path / "foreign-code-ran").exists()
+
+
+@pytest.mark.slow
+def test_an_export_with_a_foreign_tokenizer_loads_with_transformers_alone_and_runs_none_of_its_code(
+    cache_dir, tmp_path
+):
+    """Both exports of ``foreign_exports`` loaded with ``trust_remote_code=True`` where blindheads cannot be
+    imported: the model gives the checkpoint's logits, the tokenizer is transformers' own class with the original's
+    ids, and the foreign module never ran (its marker file is never written)."""
+    tokenizer, model, folders = foreign_exports(cache_dir, tmp_path)
+    tokens = torch.randint(0, 4096, (2, 24))
+    load_alone(tokens, folders, tmp_path)
+    expected_ids = load_tokenizer(str(tokenizer), cache_dir)("The grass is green. The sky is blue.").input_ids
+    for out in folders:
+        logits, _ = torch.load(f"{out}.pt")
+        with torch.no_grad():
+            torch.testing.assert_close(logits, model(tokens), rtol=0, atol=REMOTE_TOLERANCE)
+        module, _, ids = json.loads(Path(f"{out}.tokenizer.json").read_text())
+        assert module.startswith("transformers.") and ids == expected_ids, module
+    assert not (tmp_path / "foreign-code-ran").exists()
+
+
+def test_a_tokenizer_that_is_not_plain_data_is_refused_in_one_line(cache_dir, tmp_path):
+    """A Python tokenizer with no tokenizer.json (ByT5's) cannot be written as plain data: ``export`` refuses it,
+    naming it, and leaves no folder; and a tokenizer whose class changes how it encodes is refused, not flattened."""
+    byt5 = tmp_path / "byt5"
+    byt5.mkdir()
+    (byt5 / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "ByT5Tokenizer", "eos_token": "</s>"}))
+    ckpt = checkpoint_of(tiny_model("alibi"), tmp_path / "model.ckpt")
+    message = refusal(["export", "--ckpt_path", str(ckpt), "--out", str(tmp_path / "hf"), "--tokenizer", str(byt5)])
+    assert message == (
+        f"blindheads export: error: tokenizer {byt5} (ByT5Tokenizer) is a Python tokenizer with no tokenizer.json: "
+        "an export holds its tokenizer as plain data only (tokenizer.json); give a fast tokenizer's folder"
+    )
+    assert not (tmp_path / "hf").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+    class Shouting(PreTrainedTokenizerFast):  # behaviour in Python that tokenizer.json cannot hold
+        def __call__(self, text, **kwargs):
+            return super().__call__(text.upper(), **kwargs)
+
+    builtin = load_tokenizer("builtin", cache_dir)
+    with pytest.raises(ValueError, match=r"^tokenizer shouting \(Shouting\) encodes differently once reduced"):
+        plain_tokenizer(Shouting(tokenizer_object=builtin.backend_tokenizer, eos_token="<|endoftext|>"), "shouting")
+    assert plain_tokenizer(builtin, "builtin")("Here we go.").input_ids == builtin("Here we go.").input_ids
+
+    class Whole:  # a pre-tokenizer in Python: tokenizer.json cannot hold it
+        def pre_tokenize(self, pretokenized):
+            pretokenized.split(lambda _, piece: [piece])
+
+    custom = load_tokenizer("builtin", cache_dir)
+    custom.backend_tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(Whole())
+    with pytest.raises(ValueError, match=r"^tokenizer custom \(TokenizersBackend\): its backend cannot be written as "
+                       r"tokenizer\.json \(Custom PreTokenizer cannot be serialized\); an export holds"):  # fmt: skip
+        plain_tokenizer(custom, "custom")
 
 
 def test_export_of_a_missing_checkpoint_fails_clearly(tmp_path):
@@ -306,6 +432,20 @@ def write_local_task(directory: Path) -> Path:
     assert relative in task
     (directory / "tiny_choice.yaml").write_text(task.replace(relative, str(REPO / relative)))
     return directory
+
+
+def test_the_shipped_local_task_gives_any_scorer_that_ignores_the_question_exactly_chance():
+    """``tiny_choice.jsonl`` asks each choice list twice, once with each choice right: each position is the answer
+    equally often, and a rule that picks from the choices alone (a position, the shortest, the first in order) gets
+    exactly half the items, the chance its YAML comment and docs/export.md state."""
+    rows = [json.loads(line) for line in (REPO / "configs/lm_eval/tiny_choice.jsonl").read_text().splitlines()]
+    assert "chance is 0.5" in (REPO / "configs/lm_eval/tiny_choice.yaml").read_text()
+    assert {len(row["choices"]) for row in rows} == {2}
+    assert Counter(row["label"] for row in rows) == {0: len(rows) // 2, 1: len(rows) // 2}
+    blind_rules = [lambda c: 0, lambda c: 1, lambda c: c.index(min(c, key=len)), lambda c: c.index(max(c, key=len)),
+                   lambda c: c.index(min(c)), lambda c: c.index(max(c))]  # fmt: skip
+    for rule in blind_rules:
+        assert sum(rule(row["choices"]) == row["label"] for row in rows) / len(rows) == 0.5
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from blindheads.disk import DiskFull, no_space
 from blindheads.export.hf import BlindheadsConfig, BlindheadsForCausalLM
 from blindheads.export.llama import as_llama, rope_theta
 from blindheads.export.remote import ENTRY, flat_name, remote_code
+from blindheads.export.tokenizer import plain_tokenizer
 from blindheads.modules.position.registry import builtin_names
 
 AUTO_MAP = {  # config.json's auto_map: each FILE.CLASS a stub importing its class from the shipped modules
@@ -27,8 +28,10 @@ def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None)
     overwrites another's files). A decoder whose position stack is RoPE alone is written as a plain transformers
     ``LlamaForCausalLM`` (no remote code); any other with its remote code (``remote``: the package's modules the
     model needs, so transformers alone loads it with ``trust_remote_code=True``). The tokenizer is the run's own
-    (``checkpoint_tokenizer``), or ``tokenizer``. The checkpoint's decoder config is checked against its weights
-    before a model is built. A full disk ends it in one line. The files are written into a folder beside ``out`` and
+    (``checkpoint_tokenizer``), or ``tokenizer``, written as plain data (``plain_tokenizer``: no ``auto_map``, chat
+    template or tokenizer class of another's, so the folder's only code is the package's; one that cannot be is
+    refused before anything is written). The checkpoint's decoder config is checked against its weights before a
+    model is built. A full disk ends it in one line. The files are written into a folder beside ``out`` and
     renamed into place whole: an export killed part-way leaves no ``out`` to mistake for a model, and the next
     export removes what it left."""
     out = Path(out)
@@ -50,6 +53,8 @@ def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None)
             f"checkpoint {ckpt_path} does not match its decoder: missing {missing}, unexpected {unexpected}"
         )
     llama = rope_theta(model.decoder) is not None
+    loaded = checkpoint_tokenizer(checkpoint, tokenizer)
+    plain = None if loaded is None else plain_tokenizer(loaded, tokenizer or loaded.name_or_path)
     staging = staging_path(out)
     try:
         remove_debris(out.parent, out.name)
@@ -62,9 +67,8 @@ def export(ckpt_path: str | Path, out: str | Path, tokenizer: str | None = None)
             for reference in AUTO_MAP.values():
                 stem, cls = reference.split(".")
                 (staging / f"{stem}.py").write_text(f"from .{flat_name(ENTRY)} import {cls}  # noqa: F401\n")
-        loaded = checkpoint_tokenizer(checkpoint, tokenizer)
-        if loaded is not None:
-            loaded.save_pretrained(staging)
+        if plain is not None:
+            plain.save_pretrained(staging)
         os.replace(staging, out)  # an empty ``out`` is replaced; one written meanwhile makes this fail
     except Exception as error:  # safetensors' writer raises its own error on a full disk, not an OSError
         if no_space(error) is not None:
