@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.launchers import grid
-from support.runs import REPO
+from support.runs import REPO, refusal
 
 from blindheads.cli import main
 from blindheads.experiments.driver import launchers
@@ -64,6 +64,43 @@ def test_the_grid_offers_both_launchers_and_refuses_hours_with_one(tmp_path, cap
     with pytest.raises(SystemExit, match="grid: error: --hours is for runs on this machine"):
         main(["grid", "--setups", "alibi", "--seeds", "0", "--runs", str(tmp_path / "runs"), "--launcher", "local",
               "--hours", "1"])  # fmt: skip
+
+
+def test_slurm_missing_or_refusing_the_submission_is_one_line_that_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    """``--launcher slurm`` where SLURM is not installed was a 27-line traceback and left options.json in --runs
+    and --out; an sbatch that refuses the array (an unknown partition) is one line too, and what the command made
+    for the submission is removed (what was there before is kept)."""
+    bin_dir, runs, out = tmp_path / "bin", tmp_path / "runs", tmp_path / "out"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))  # no srun, no sbatch
+    command = ["grid", "--setups", "alibi", "nope", "--seeds", "0", "--runs", str(runs), "--out", str(out),
+               "--launcher", "slurm"]  # fmt: skip
+    assert refusal(command) == (
+        "blindheads grid: error: --launcher slurm: sbatch and srun not found on this machine (no SLURM here): run on "
+        "a SLURM cluster's login node, or pass another launcher; valid: local, slurm (local: jobs on this machine)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"], "nothing written"
+    for name, script in (
+        ("srun", "exit 0"),
+        (
+            "sbatch",
+            "echo 'sbatch: error: invalid partition specified: gpu' >&2\n"
+            "echo 'sbatch: error: Batch job submission failed: Invalid partition name' >&2\nexit 1",
+        ),
+    ):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
+        (bin_dir / name).chmod(0o755)
+    (runs / "alibi").mkdir(parents=True)
+    (runs / "alibi/notes.txt").write_text("a person's")  # there before: kept
+    message = refusal([*command, "--launcher.partition", "gpu"])
+    assert message == (
+        "blindheads grid: error: --launcher slurm: submitting 2 runs failed (sbatch: error: invalid partition "
+        "specified: gpu); nothing was submitted, and what this command wrote for it is removed; valid launchers: "
+        "local, slurm"
+    ), message
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if not p.is_relative_to(bin_dir))
+    assert left == ["runs", "runs/alibi", "runs/alibi/notes.txt"], left
+    assert capsys.readouterr().err == "", "sbatch's own lines are not printed beside the one"
 
 
 @pytest.mark.slow

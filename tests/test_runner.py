@@ -30,8 +30,13 @@ def test_a_run_directory_made_with_other_options_is_refused_naming_the_differenc
     run = tmp_path / "runs/alibi/seed0"
     claim(run, identity(["--seed_everything", "0"], [str(config)]))
     claim(run, identity(["--seed_everything", "0"], [str(config)]))  # the same options: accepted
-    with pytest.raises(RunChanged, match=r"then --seed_everything 0; now --seed_everything 1\)"):
+    with pytest.raises(RunChanged, match=r"other options \(--seed_everything 0 -> 1\)"):
         claim(run, identity(["--seed_everything", "1"], [str(config)]))
+    seeds = tmp_path / "runs/seeds"
+    claim(seeds, identity(["--seeds", "0", "1", "--wait"], []))  # once "(then 1; now nothing else)"
+    with pytest.raises(RunChanged, match=r"other options \(--seeds 0 1 -> 0; --wait \(given\) -> \(not given\); "
+                       r"--hours \(not given\) -> 2\)"):  # fmt: skip
+        claim(seeds, identity(["--seeds", "0", "--hours", "2"], []))
     callbacks.write_text("- class_path: y\n")  # a file the config names changed
     with pytest.raises(RunChanged, match=r"config files changed since: .*callbacks.yaml"):
         claim(run, identity(["--seed_everything", "0"], [str(config)]))
@@ -132,9 +137,7 @@ def test_the_summary_goes_under_runs_by_default_and_committed_results_are_refuse
     other = tmp_path / "other"
     before = grid.parse_args([*command[1:], "--out", str(other), "--setups", "nope"])
     claim(other, summary_identity(before, setup_files("nope", before.config)), "--out")
-    assert f"{other} was made with other options (then --setups nope; now --setups alibi" in refusal(
-        [*command, "--out", str(other)]
-    )
+    assert f"{other} was made with other options (--setups nope -> alibi" in refusal([*command, "--out", str(other)])
     assert not (tmp_path / "runs").exists() and sorted(p.name for p in other.iterdir()) == ["options.json"]
 
 
@@ -240,9 +243,7 @@ def test_a_record_kept_in_the_summary_folder_is_a_done_run_on_any_checkout(tmp_p
                     "record": record} and record["answer"] == 42  # fmt: skip
     shutil.rmtree(tmp_path / "runs")  # a fresh checkout: only the committed summary folder
     assert complete(run, Jobs(), out, wanted) == record and len(Jobs.launched) == 1
-    with pytest.raises(
-        RunChanged, match=r"records/alibi-seed-0.json was made with other options \(then --a 1; now --a 2\)"
-    ):
+    with pytest.raises(RunChanged, match=r"records/alibi-seed-0.json was made with other options \(--a 1 -> 2\)"):
         complete(run, Jobs(), out, identity(["--a", "2"], []))
     late = Run("nope seed 0", tmp_path / "runs/nope/seed0", {"setup": "nope"}, [], [], ("conjecture-arm",))
     assert complete(late, Jobs(), out, identity([], []), deadline=0.0) is None and len(Jobs.launched) == 1
@@ -283,8 +284,10 @@ class DriverThatTests:
 
 
 def test_a_kept_record_that_does_not_match_its_run_is_rebuilt_from_it_or_refused(tmp_path, capsys):
-    """Edited by hand (0.99 for 0.0), replaced by labels alone, malformed, or naming another run: rebuilt from the
-    run's done.json with a line saying so; with no run to rebuild it from, refused in one line."""
+    """Edited by hand (0.99 for 0.0), replaced by labels alone, malformed, naming another run, or without a digest:
+    rebuilt from the run's done.json with a line saying so; with no run to rebuild it from, refused in one line, a
+    record without a digest too (only those results/ commits are taken:
+    test_records_digests.py)."""
     out, run = tmp_path / "out", Run("alibi seed 0", tmp_path / "runs/alibi/seed0", {"setup": "alibi", "seed": 0},
                                      ["--a"], [], ("test",))  # fmt: skip
     wanted, path = identity(run.options, []), tmp_path / "out/records/alibi-seed-0.json"
@@ -302,6 +305,7 @@ def test_a_kept_record_that_does_not_match_its_run_is_rebuilt_from_it_or_refused
         ("does not match the record of its run", forged),
         ("is not valid JSON", '{"options": '),
         ("names the run 'nope seed 0', not 'alibi seed 0'", {**json.loads(original), "run": "nope seed 0"}),
+        ("has no digest", {"options": wanted, "record": record}),
     ]
     for problem, kept in cases:
         path.write_text(kept) if isinstance(kept, str) else write_json(path, kept)
@@ -317,9 +321,14 @@ def test_a_kept_record_that_does_not_match_its_run_is_rebuilt_from_it_or_refused
         f"{path} does not match its digest (edited by hand?), and {run.directory} holds no finished run to rebuild "
         "it from: remove it to run alibi seed 0 again"
     )
-    write_json(path, {"options": wanted, "record": record})  # kept before records had digests
-    assert complete(run, NoJobs(), out, wanted) == record and "its digest added" in capsys.readouterr().out
-    assert path.read_text() == original
+    write_json(path, {"options": wanted, "record": record})  # its digest removed, its run moved away
+    with pytest.raises(RunChanged) as refused:
+        complete(run, NoJobs(), out, wanted)
+    assert str(refused.value) == (
+        f"{path} has no digest, and {run.directory} holds no finished run to check it against: remove it to run "
+        "alibi seed 0 again"
+    )
+    assert read_json(path) == {"options": wanted, "record": record}, "not adopted: no digest added"
 
 
 def test_an_interrupted_run_tested_by_hand_resumes_to_its_max_steps(tmp_path, capsys):

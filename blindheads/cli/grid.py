@@ -5,12 +5,14 @@ Each run is a blindheads fit then blindheads test subprocess in RUNS/SETUP/seedS
 TensorBoard logs, kept out of the summary folder); --parallel runs share the machine (one thread each). A killed
 grid continues where it stopped: a run with done.json is done, one with last.ckpt resumes from it. A run
 directory made with other options (configs, seed, options after --) is refused, naming the difference, and so is a
-summary folder made by another grid (or holding results without a record of their options). Ctrl-C or SIGTERM
-stops every run at its next step with last.ckpt saved; the same command continues.
+summary folder made by another grid (or holding results without a record of their options). A done.json edited
+after its run (its digest done.sha256, the results.json its test wrote) is restored from the summary's record where
+that matches, else refused. Ctrl-C or SIGTERM stops every run at its next step with last.ckpt saved; the same
+command continues.
 
 With --launcher local|slurm each run is a job of one submitit job array instead (docs/cluster.md): the command
 returns once they are queued (--wait: once the summary is written), and the same command later reports, collects and
-resubmits.
+resubmits. A machine without SLURM, or a submission sbatch refuses, is one line and leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The folders a driver owns: one live driver per ``--out`` and ``--runs`` (a lock file holding its PID), the summary
-published whole, a killed run's checkpoint to resume from."""
+published whole, what a killed writer left in its records removed, a killed run's checkpoint to resume from."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ T = TypeVar("T")
 def owned(directory: Path, program: str, option: str) -> Iterator[None]:
     """``directory`` (an experiment's ``--out`` or ``--runs``) for this driver alone while it runs: its PID in
     ``DIRECTORY/.blindheads-driver.lock``. A live owner refuses this driver, naming its PID; a dead one's lock is
-    taken over, saying so. A directory that cannot be written is refused before anything runs."""
+    taken over, saying so; a record a killed writer left part-written in its ``records/`` is removed, saying so. A
+    directory that cannot be written is refused before anything runs."""
     path = directory / DRIVER_LOCK
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -41,6 +42,7 @@ def owned(directory: Path, program: str, option: str) -> Iterator[None]:
                                 "running", file=sys.stderr, flush=True),
         )  # fmt: skip
         _restore(directory, program)
+        _remove_partial_records(directory / RECORDS, program)
     except OSError as error:
         raise ValueError(f"{option} {directory} cannot be written ({error.strerror}); pass another {option}") from None
     try:
@@ -89,6 +91,18 @@ def _restore(out: Path, program: str) -> None:
                   "replacing it", file=sys.stderr, flush=True)  # fmt: skip
         else:
             shutil.rmtree(aside)
+
+
+def _remove_partial_records(records: Path, program: str) -> None:
+    """The staging files of records whose writer was killed (``atomic``'s ``.NAME.partial-PID``, PID gone), each
+    removed with a line: else every summary would copy them on."""
+    if not records.is_dir():
+        return
+    before = set(records.iterdir())
+    atomic.remove_debris(records)
+    for path in sorted(before - set(records.iterdir())):
+        print(f"blindheads {program}: removed {path}, a record left part-written by a killed driver", file=sys.stderr,
+              flush=True)  # fmt: skip
 
 
 def resume_option(run_dir: Path) -> list[str]:

@@ -5,6 +5,7 @@ reusing runs that answer another question. The summary folder (``--out``) rememb
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from pathlib import Path
 
@@ -90,44 +91,73 @@ def check(run_dir: Path, wanted: dict, option: str = "--runs") -> None:
                          f"{option}")  # fmt: skip
 
 
-def claim(run_dir: Path, wanted: dict, option: str = "--runs") -> None:
-    """Check ``run_dir`` and record the options it is made with."""
+def claim(run_dir: Path, wanted: dict, option: str = "--runs") -> list[Path]:
+    """Check ``run_dir`` and record the options it is made with; the paths this made (its ``options.json``, then
+    each folder made for it, deepest first), for ``unclaim``."""
     check(run_dir, wanted, option)
-    if not (run_dir / "options.json").exists():
-        write_json(run_dir / "options.json", wanted)
+    marker = run_dir / "options.json"
+    if marker.exists():
+        return []
+    made = [marker, *(folder for folder in (run_dir, *run_dir.parents) if not folder.exists())]
+    write_json(marker, wanted)
+    return made
 
 
-def claim_all(wanted: dict[Path, dict], out: Path, summary: dict) -> None:
+def claim_all(wanted: dict[Path, dict], out: Path, summary: dict) -> list[Path]:
     """Check the summary folder and every run directory, then claim each: a refusal (one line, naming the
-    difference) leaves nothing claimed or started."""
+    difference) leaves nothing claimed or started. The paths it made, for ``unclaim``."""
     check(out, summary, "--out")
     for run_dir, options in wanted.items():
         check(run_dir, options)
-    claim(out, summary, "--out")
+    made = claim(out, summary, "--out")
     for run_dir, options in wanted.items():
-        claim(run_dir, options)
+        made += claim(run_dir, options)
+    return made
 
 
-def _pairs(options: list[str]) -> list[str]:
-    """``["--a", "1", "--b"]`` -> ``["--a 1", "--b"]``: each option with its value, to name what changed."""
-    pairs: list[str] = []
+def unclaim(made: list[Path]) -> None:
+    """Undo ``claim_all``: remove the options files it wrote, then the folders it made for them where they are still
+    empty (nothing else is touched)."""
+    for path in made:
+        if path.name == "options.json":
+            path.unlink(missing_ok=True)
+    for path in made:
+        if path.name != "options.json":
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def _given(options: list[str]) -> dict[str, list[str]]:
+    """``["--a", "1", "2", "--b", "--c=3"]`` -> ``{"--a": ["1 2"], "--b": [""], "--c": ["3"]}``: each option with
+    the values it was given, one entry per time it was given."""
+    given: dict[str, list[str]] = {}
+    values: list[str] | None = None
     for token in options:
-        if pairs and not token.startswith("--") and " " not in pairs[-1]:
-            pairs[-1] += f" {token}"
+        if token.startswith("--") or values is None:
+            name, sep, value = token.partition("=") if token.startswith("--") else (token, "", "")
+            given.setdefault(name, []).append(value if sep else "")
+            values = given[name]
         else:
-            pairs.append(token)
-    return pairs
+            values[-1] = f"{values[-1]} {token}".strip()
+    return given
+
+
+def _shown(values: list[str] | None) -> str:
+    if values is None:
+        return "(not given)"
+    return ", ".join(value or "(given)" for value in values)
 
 
 def difference(before: dict, now: dict) -> str:
+    """What differs between two identities: each option with its old and new values (``--seeds 0 1 -> 0``,
+    ``--hours (not given) -> 1``), the environment, the config files whose contents changed."""
     parts = []
-    then_options, now_options = _pairs(before["options"]), _pairs(now["options"])
-    removed = [o for o in then_options if o not in now_options]
-    added = [o for o in now_options if o not in then_options]
-    if removed or added:
-        parts.append(f"then {', '.join(removed) or 'nothing else'}; now {', '.join(added) or 'nothing else'}")
+    then_given, now_given = _given(before["options"]), _given(now["options"])
+    for name in dict.fromkeys([*then_given, *now_given]):
+        if then_given.get(name) != now_given.get(name):
+            parts.append(f"{name} {_shown(then_given.get(name))} -> {_shown(now_given.get(name))}")
     if before["env"] != now["env"]:
-        parts.append(f"environment then {before['env']}, now {now['env']}")
+        parts.append(f"environment {before['env']} -> {now['env']}")
     changed = sorted(
         k for k in {*before["configs"], *now["configs"]} if before["configs"].get(k) != now["configs"].get(k)
     )

@@ -13,7 +13,10 @@ and submitit requeues the job, whose fit resumes from ``last.ckpt`` (Lightning's
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
+import shutil
 import signal
 import sys
 import time
@@ -27,13 +30,14 @@ import yaml
 from blindheads import locks
 from blindheads.atomic import process_alive
 from blindheads.experiments.driver.folders import JOBS, owned
-from blindheads.experiments.driver.identity import claim_all, summary_identity
+from blindheads.experiments.driver.identity import claim_all, summary_identity, unclaim
 from blindheads.experiments.driver.jobs import Driver
 from blindheads.experiments.driver.records import read_json, write_json
 from blindheads.locks import RUN_LOCK
 from blindheads.packaged import located
 
 LAUNCHERS = ("local", "slurm")
+SLURM_COMMANDS = ("sbatch", "srun")  # what submitting to SLURM runs: without them this machine is no SLURM login node
 T = TypeVar("T")
 POLL_S = 10.0  # --wait: seconds between looks at the jobs
 
@@ -114,16 +118,51 @@ def _pairs(given: list[str]) -> dict[str, str]:
 
 def executor(launcher: str, folder: Path, values: dict[str, Any]) -> submitit.Executor:
     """The one executor interface: submitit's ``AutoExecutor`` for this machine or a SLURM cluster, with the
-    launcher's settings."""
-    chosen = submitit.AutoExecutor(folder=folder, cluster=launcher)
-    partition = {"slurm_partition": values["partition"]} if values["partition"] else {}
-    chosen.update_parameters(
-        timeout_min=values["timeout_min"], nodes=values["nodes"], tasks_per_node=values["tasks_per_node"],
-        cpus_per_task=values["cpus_per_task"], **({"gpus_per_node": values["gpus_per_node"]} if values["gpus_per_node"] else {}),
-        slurm_array_parallelism=values["array_parallelism"], slurm_signal_delay_s=values["signal_delay_s"],
-        slurm_additional_parameters=values["sbatch"], **partition,
-    )  # fmt: skip
+    launcher's settings; built before anything is written, so a machine without SLURM (or settings submitit
+    refuses) is one line that leaves nothing behind."""
+    if launcher == "slurm" and (missing := [name for name in SLURM_COMMANDS if shutil.which(name) is None]):
+        raise ValueError(f"--launcher slurm: {' and '.join(missing)} not found on this machine (no SLURM here): run "
+                         f"on a SLURM cluster's login node, or pass another launcher; valid: {', '.join(LAUNCHERS)} "
+                         "(local: jobs on this machine)")  # fmt: skip
+    try:
+        chosen = submitit.AutoExecutor(folder=folder, cluster=launcher)
+        partition = {"slurm_partition": values["partition"]} if values["partition"] else {}
+        chosen.update_parameters(
+            timeout_min=values["timeout_min"], nodes=values["nodes"], tasks_per_node=values["tasks_per_node"],
+            cpus_per_task=values["cpus_per_task"], **({"gpus_per_node": values["gpus_per_node"]} if values["gpus_per_node"] else {}),
+            slurm_array_parallelism=values["array_parallelism"], slurm_signal_delay_s=values["signal_delay_s"],
+            slurm_additional_parameters=values["sbatch"], **partition,
+        )  # fmt: skip
+    except (RuntimeError, ValueError) as error:  # submitit's own refusals: several lines each
+        raise ValueError(f"--launcher {launcher}: submitit refused it: {_first_line(error)}; valid launchers: "
+                         f"{', '.join(LAUNCHERS)}") from None  # fmt: skip
     return chosen
+
+
+def _first_line(error: BaseException) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+
+
+def submit_all(chosen: submitit.Executor, launcher: str, program: str, runs: list, made: list[Path]) -> list:
+    """Submit ``runs`` as one job array; their jobs. Where the submission fails (sbatch refuses the array), what
+    this command made for it is removed (``made``: its claims; submitit's staging files) and the failure is one
+    line."""
+    folder = Path(chosen.folder)
+    before = set(folder.iterdir()) if folder.is_dir() else None
+    try:  # submitit prints sbatch's refusal before raising it: the one line below names it
+        with contextlib.redirect_stderr(io.StringIO()), chosen.batch():
+            return [chosen.submit(RunJob(program), run) for run in runs]
+    except RuntimeError as error:  # submitit's FailedJobError: sbatch's own lines
+        unclaim(made)
+        if before is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:  # a submission's pickles and sbatch files, under submitit's temporary names (a UUID's hex)
+            for path in set(folder.iterdir()) - before:
+                if re.fullmatch(r"(\.submission_file_)?[0-9a-f]{32}\.(pkl|sh)", path.name):
+                    path.unlink(missing_ok=True)
+        raise ValueError(f"--launcher {launcher}: submitting {len(runs)} runs failed ({_first_line(error)}); nothing "
+                         "was submitted, and what this command wrote for it is removed; valid launchers: "
+                         f"{', '.join(LAUNCHERS)}") from None  # fmt: skip
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -204,6 +243,7 @@ def sweep(program: str, args: argparse.Namespace, runs: list, wanted: dict[Path,
             "timeout_min and is requeued past it"
         )
     out, folder = Path(args.out), Path(args.runs).resolve() / "submitit"
+    chosen = executor(args.launcher, folder, values)  # before anything is written: no SLURM here is one line
     files = [file for run in runs for file in run.files]
     said = ""
     while True:
@@ -216,7 +256,7 @@ def sweep(program: str, args: argparse.Namespace, runs: list, wanted: dict[Path,
             states = {run.name: state(args.launcher, folder, jobs[run.name]["job_id"], run.directory) if run.name in jobs else "new"
                       for run in runs}  # fmt: skip
             idle = [run for run in runs if states[run.name] not in ("queued", "running")]
-            claim_all({run.directory: wanted[run.directory] for run in idle}, out, summary_identity(args, files))
+            made = claim_all({run.directory: wanted[run.directory] for run in idle}, out, summary_identity(args, files))
             records, submit, given_up = {}, [], []
             for run in idle:
                 record = finished(run, out, wanted[run.directory])
@@ -235,9 +275,7 @@ def sweep(program: str, args: argparse.Namespace, runs: list, wanted: dict[Path,
                 else:
                     submit.append(run)
             if submit:
-                chosen = executor(args.launcher, folder, values)
-                with chosen.batch():
-                    submitted = [chosen.submit(RunJob(program), run) for run in submit]
+                submitted = submit_all(chosen, args.launcher, program, submit, made)
                 for run, queued in zip(submit, submitted, strict=True):
                     jobs[run.name] = {"job_id": queued.job_id, "tries": jobs.get(run.name, {}).get("tries", 0) + 1}
                     states[run.name] = "queued"

@@ -3,11 +3,13 @@
 An experiment supplies only its runs (``Run``) and what its summary writes from their records.
 
 A run is done when its record is kept: in the summary folder (``OUT/records/RUN.json``, written the moment the run
-finishes, beside the options that made it), or in its run directory (``done.json``; a grid run made before this
-loop, by the ``results.json`` its test wrote). The summary folder is what gets committed, so an experiment can be
-done in parts: ``--hours`` starts no run after that long, the summary covers the runs done so far and names the
-rest, and the same command on any checkout of those records runs only what is missing. A kept record made with
-other options is refused, naming the difference.
+finishes, beside the options that made it), or in its run directory (``done.json``, with its digest beside it in
+``done.sha256``; a grid run made before this loop, by the ``results.json`` its test wrote). The summary folder is
+what gets committed, so an experiment can be done in parts: ``--hours`` starts no run after that long, the summary
+covers the runs done so far and names the rest, and the same command on any checkout of those records runs only what
+is missing. A kept record made with other options is refused, naming the difference; one that differs from what its
+run wrote is rebuilt from the run or refused; a ``done.json`` that differs from what its run wrote (its digest, the
+``results.json`` its test wrote) is restored from the kept record where that matches, else refused.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TypeVar
 
 import yaml
 
+from blindheads import atomic
 from blindheads.experiments.driver.folders import RECORDS, publish, resume_option
 from blindheads.experiments.driver.identity import RunChanged, difference, identity
 from blindheads.experiments.driver.jobs import Driver, experiment
@@ -31,9 +34,14 @@ from blindheads.experiments.driver.launchers import sweep
 from blindheads.experiments.driver.records import read_json, write_json
 
 DONE = "done.json"  # a run's record, written once its last command succeeded
+SEALED = "done.sha256"  # the digest of that record, written beside it: an edit of done.json alone is seen
 TESTED = "results.json"  # what ``blindheads test`` (or any command of a run) writes in the run directory
 LIGHTNING = ("fit", "test")  # commands that take a checkpoint: fit resumes from one, test reads the fit's
 T = TypeVar("T")
+
+
+class Altered(RunChanged):
+    """A run directory's ``done.json`` is not the record its run wrote (edited by hand, or removed)."""
 
 
 @dataclass(frozen=True)
@@ -122,10 +130,14 @@ def complete(run: Run, driver: Driver, out: Path, wanted: dict, deadline: float 
 
 def finished(run: Run, out: Path, wanted: dict) -> dict | None:
     """The record of a run that is done: kept in the summary folder (``kept_record``), or done in its run directory
-    (``done_record``; then kept in the summary folder too); else None."""
+    (``done_record``; then kept in the summary folder too); else None. A run whose ``done.json`` differs from what it
+    wrote (``Altered``) is done only where its kept record matches what it wrote, and ``done.json`` is restored."""
     path = record_path(out, run)
-    ran = done_record(run.directory)
-    kept = kept_record(path, wanted, run, ran)
+    try:
+        ran, altered = done_record(run.directory), None
+    except Altered as error:
+        ran, altered = None, error
+    kept = kept_record(path, wanted, run, ran, altered)
     if kept is not None:
         return {**run.labels, **kept}
     if ran is not None:
@@ -150,8 +162,15 @@ def run_commands(run: Run, driver: Driver) -> dict:
     record["wall_s"] = round(time.monotonic() - started, 1)
     if resume:
         record["resumed"] = True
-    write_json(run.directory / DONE, record)
+    write_done(run.directory, record)
     return record
+
+
+def write_done(run_dir: Path, record: dict) -> None:
+    """``done.json``, then its digest beside it (``done.sha256``): a run killed between the two is one finished
+    before digests were written, checked against its ``results.json`` alone."""
+    write_json(run_dir / DONE, record)
+    atomic.write_text(run_dir / SEALED, digest(record) + "\n")
 
 
 def digest(record: dict) -> str:
@@ -167,13 +186,18 @@ def keep(path: Path, run: Run, wanted: dict, record: dict) -> None:
     write_json(path, {**kept, "record": record}, compact=True)
 
 
-def kept_record(path: Path, wanted: dict, run: Run, ran: dict | None = None) -> dict | None:
+def kept_record(path: Path, wanted: dict, run: Run, ran: dict | None = None,
+                altered: Altered | None = None) -> dict | None:  # fmt: skip
     """The record the summary folder keeps at ``path``, if it is one to trust: made with these options (else refused,
     naming the difference), naming ``run``, its record matching its digest and, where the run directory holds a
     finished run (``ran``, its record), that run's record, of a fit that reached its ``max_steps``. One that fails
     is rebuilt from the run directory where it holds the finished run (``None`` is returned, and a line says so),
-    and refused otherwise. One kept before records had digests is taken, and gets one, with a line saying so."""
+    and refused otherwise; so is one without a digest. Where the run's ``done.json`` was ``altered``, the kept record must match what the
+    run wrote (``wrote``): then ``done.json`` is restored from it, with a line; else both are refused."""
     if not path.exists():
+        if altered is not None:
+            raise RunChanged(f"{altered}, and {path} does not exist to restore it from: restore it, or remove "
+                             f"{run.directory} to run {run.name} again")  # fmt: skip
         return None
     problem: str | None
     try:
@@ -185,17 +209,24 @@ def kept_record(path: Path, wanted: dict, run: Run, ran: dict | None = None) -> 
     if problem is None and kept["options"] != wanted:
         raise RunChanged(f"{path} was made with other options ({difference(kept['options'], wanted)}); remove it to "
                          "run it again with these, or pass another --out")  # fmt: skip
-    if problem is None and "digest" not in kept and ran is None:
-        print(f"{path} was kept before records had digests: taken as it is, and its digest added", flush=True)
-        keep(path, run, wanted, kept["record"])
-        return kept["record"]
+    if problem is None and "digest" not in kept and ran is None and altered is None:
+        raise RunChanged(f"{path} has no digest, and {run.directory} holds no finished run to check it against: "
+                         f"remove it to run {run.name} again")  # fmt: skip
     if problem is None:
         problem = _untrusted(kept, run, ran)
+    if problem is None and altered is not None:
+        problem = wrote(run.directory, kept["record"])
+        if problem is None:
+            write_done(run.directory, kept["record"])
+            print(f"{altered}: restored from {path}, which matches what the run wrote", flush=True)
     if problem is None:
         return kept["record"]
     if ran is not None:
         print(f"{path} {problem}: rebuilt from the finished run in {run.directory}", flush=True)
         return None
+    if altered is not None:
+        raise RunChanged(f"{altered}, and {path} {problem}: restore the file edited, or remove {run.directory} to "
+                         f"run {run.name} again")  # fmt: skip
     raise RunChanged(f"{path} {problem}, and {run.directory} holds no finished run to rebuild it from: remove it to "
                      f"run {run.name} again")  # fmt: skip
 
@@ -249,13 +280,48 @@ def fit_steps(run_dir: Path) -> int | None:
 def done_record(run_dir: Path) -> dict | None:
     """The record of a done run (``done.json``, or the ``results.json`` of a grid run made before it), else None:
     a record of a step before the fit's ``max_steps`` (an interrupted run tested by hand) is no finished run, and a
-    line says so (the run resumes); so is a record that is no JSON object."""
+    line says so (the run resumes); so is a record that is no JSON object. A ``done.json`` that differs from what
+    its run wrote (``wrote``), or one removed from beside its digest, is refused (``Altered``)."""
+    if (run_dir / SEALED).exists() and not (run_dir / DONE).exists():
+        raise Altered(f"{run_dir / DONE} is missing beside its digest in {run_dir / SEALED} (removed?)")
     for name in (DONE, TESTED):
         if (run_dir / name).exists():
             record = read_json(run_dir / name)
+            if name == DONE and isinstance(record, dict) and (why := wrote(run_dir, record)) is not None:
+                raise Altered(f"{run_dir / DONE} {why}")
             why = unfinished(record, fit_steps(run_dir)) if isinstance(record, dict) else "is not a JSON object"
             if why is None:
                 return record
             print(f"{run_dir / name} {why}: the run is not done, so it runs on", flush=True)
             return None
     return None
+
+
+def wrote(run_dir: Path, record: dict) -> str | None:
+    """Why ``record`` is not the one the run in ``run_dir`` wrote as it ended, else None: it differs from the
+    digest written beside ``done.json`` (``done.sha256``), or, where the run has none (finished before digests were
+    written) or its digest differs, from the ``results.json`` its test wrote (naming what differs)."""
+    sealed, tested = run_dir / SEALED, run_dir / TESTED
+    if sealed.exists() and sealed.read_text().strip() == digest(record):
+        return None
+    written = read_json(tested) if tested.exists() else None
+    differ = _differences(record, written, "") if isinstance(written, dict) else []
+    if differ:
+        more = f"; and {len(differ) - 4} more" if len(differ) > 4 else ""
+        return f"does not match {tested}, which its test wrote ({'; '.join(differ[:4])}{more})"
+    if sealed.exists():
+        return f"does not match its digest in {sealed}, written as the run ended (edited by hand?)"
+    return None
+
+
+def _differences(record: dict, written: dict, where: str) -> list[str]:
+    """Each value of ``written`` that ``record`` holds otherwise: ``metrics.test/loss 0.1, not 6.65``."""
+    differ = []
+    for key, value in written.items():
+        if key not in record:
+            differ.append(f"{where}{key} missing")
+        elif isinstance(value, dict) and isinstance(record[key], dict):
+            differ += _differences(record[key], value, f"{where}{key}.")
+        elif record[key] != value:
+            differ.append(f"{where}{key} {record[key]!r}, not {value!r}")
+    return differ
