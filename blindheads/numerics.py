@@ -20,6 +20,12 @@ DTYPES = dict(zip(get_args(Dtype), (torch.float64, torch.float32, torch.bfloat16
 THRESHOLDS = get_args(Threshold)
 SOFTMAX_BACKENDS = ("eager", "sdpa")
 
+# The learning horizon: how far (in nats) below its row's largest weight a key's bias may put it before a head stops
+# learning to read it, long before the weight is exactly zero (tau, ~87 in float32). The default is the edge
+# results/conjecture/verdict.md measured for one head trained with Adam: every seed learned a far-only fact at a bias
+# step of 10 nats (starting weight 6e-7), seeds split at 12, none learned from 16 (1.5e-9). Any value can be given.
+LEARNING_HORIZON = 12.0
+
 
 PRECISION_DTYPES = {  # a Lightning trainer precision -> the dtype attention computes in
     "64-true": "float64", "64": "float64", "32-true": "float32", "32": "float32",
@@ -61,6 +67,13 @@ def check_threshold(threshold: str) -> str:
     if threshold not in THRESHOLDS:
         raise ValueError(f"unknown threshold mode {threshold!r}; valid: {', '.join(THRESHOLDS)}")
     return threshold
+
+
+def check_horizon(horizon: float) -> float:
+    """A learning horizon in nats: finite and above 0."""
+    if not (isinstance(horizon, (int, float)) and math.isfinite(horizon) and horizon > 0):
+        raise ValueError(f"the learning horizon must be a finite number of nats above 0, got {horizon!r}")
+    return float(horizon)
 
 
 def apply_threshold(threshold: str) -> None:

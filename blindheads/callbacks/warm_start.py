@@ -9,10 +9,13 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.cli import SaveConfigCallback
 
 from blindheads.checkpoints.reading import load_checkpoint
-from blindheads.checkpoints.rebuild import decoder_state
+from blindheads.checkpoints.rebuild import decoder_config, decoder_state
+from blindheads.modules.config import DecoderConfig
 from blindheads.modules.lm import DecoderLM
+from blindheads.running import running
 
 POSITION = "position."  # the position stack's keys: always the run's own
 
@@ -22,13 +25,17 @@ class WarmStart(L.Callback):
 
     At the start of a fit that does not resume, the decoder's weights are those of checkpoint ``ckpt_path``
     (weights only: its optimizer state, step, schedule and data position are not taken, so the fit's own schedule
-    starts at step 0). ``{seed}`` in the path is the run's seed, so each seed of a grid starts from its own.
+    starts at step 0). ``{seed}`` in the path is the run's seed (``run_seed``), so each seed of a grid starts from
+    its own; a run that sets no seed (``--seed_everything false``) is refused one, whatever ``PL_GLOBAL_SEED``
+    another run left in the environment.
 
     Every weight of the decoder must be in the checkpoint with the same shape, except the position stack's, which
-    are always the run's own (slopes from its config: a NoPE or log-distance run can start from an ALiBi one); a
-    mismatch is refused in one line before the first step. A fit resumed with ``--ckpt_path`` takes its own
-    checkpoint's weights instead. Where the weights came from (path, step, the file's sha256) is kept in the run's
-    checkpoints and in ``results.json`` (``warm_start``).
+    are always the run's own (slopes from its config: a NoPE or log-distance run can start from an ALiBi one), and
+    finite; the checkpoint's config must split attention into the same heads (``num_heads``, their size and
+    ``num_kv_heads``: 2 heads of 16 and 4 of 8 hold weights of one shape, read differently). A mismatch is refused
+    in one line before the first step. A fit resumed with ``--ckpt_path`` takes its own checkpoint's weights instead.
+    Where the weights came from (path, step, the file's sha256) is kept in the run's checkpoints and in
+    ``results.json`` (``warm_start``).
     """
 
     def __init__(self, ckpt_path: str | None = None) -> None:
@@ -37,18 +44,18 @@ class WarmStart(L.Callback):
         self.ckpt_path = ckpt_path
         self.started_from: dict = {}
 
-    def resolved(self) -> Path:
-        """The checkpoint this run starts from: ``{seed}`` replaced by the run's seed (``seed_everything``)."""
-        seed = os.environ.get("PL_GLOBAL_SEED")
+    def resolved(self, trainer: L.Trainer) -> Path:
+        """The checkpoint this run starts from: ``{seed}`` replaced by the run's seed (``run_seed``)."""
+        seed = run_seed(trainer)
         if "{seed}" in self.ckpt_path and seed is None:
-            raise ValueError(f"callbacks.warm_start.ckpt_path {self.ckpt_path} names {{seed}}, but no seed is set: "
-                             "set seed_everything")  # fmt: skip
-        return Path(self.ckpt_path.replace("{seed}", seed or ""))
+            raise ValueError(f"callbacks.warm_start.ckpt_path {self.ckpt_path} names {{seed}}, but this run sets no "
+                             "seed: give --seed_everything N")  # fmt: skip
+        return Path(self.ckpt_path.replace("{seed}", str(seed)))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.ckpt_path is not None:  # resumed: the run's own checkpoint already restored its weights
             return
-        path = self.resolved()
+        path = self.resolved(trainer)
         checkpoint = load_checkpoint(path)
         state = {k: v for k, v in decoder_state(checkpoint).items() if not k.startswith(POSITION)}
         if not isinstance(pl_module, DecoderLM):
@@ -65,6 +72,12 @@ class WarmStart(L.Callback):
                        else f"shapes differ: {shapes[0]} here")  # fmt: skip
             raise ValueError(f"callbacks.warm_start: {path} does not fit this model ({problem}); start from a run of "
                              "the same shape")  # fmt: skip
+        check_head_layout(decoder_config(checkpoint, path), pl_module.config, path)
+        broken = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        if broken:
+            more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+            raise ValueError(f"callbacks.warm_start: {path} holds nan or inf weights ({', '.join(broken[:3])}{more}); "
+                             "start from a checkpoint saved before its run diverged")  # fmt: skip
         with torch.no_grad():
             for name, tensor in decoder.state_dict().items():
                 if name in state:
@@ -91,3 +104,30 @@ class WarmStart(L.Callback):
     def results_fields(self) -> dict:
         """What ``ResultsFile`` adds to ``results.json``: where the weights started."""
         return {"warm_start": self.started_from} if self.started_from else {}
+
+
+def run_seed(trainer: L.Trainer) -> int | None:
+    """The seed this run set: its config's ``seed_everything`` (LightningCLI records the seed it drew for ``true``;
+    ``false``: none). ``PL_GLOBAL_SEED`` only for a trainer built in Python, which has no config: there it is the
+    one record of ``seed_everything``, while a CLI run that sets no seed may inherit one from another run."""
+    record = next((c for c in running(trainer).callbacks if isinstance(c, SaveConfigCallback)), None)
+    if record is None:
+        seed = os.environ.get("PL_GLOBAL_SEED")
+        return None if seed is None else int(seed)
+    seed = record.config.get("seed_everything")
+    return None if seed is None or isinstance(seed, bool) else int(seed)
+
+
+def head_layout(config: DecoderConfig) -> str:
+    """How a config splits attention into heads, in words."""
+    return f"{config.num_heads} heads of size {config.head_size}, {config.num_kv_heads} key/value heads"
+
+
+def check_head_layout(theirs: DecoderConfig, ours: DecoderConfig, path: Path) -> None:
+    """The checkpoint's attention split into the heads this model's is: with the same widths, 2 heads of 16 and 4
+    of 8 hold weights of one shape, but each head would read other rows of them."""
+    if head_layout(theirs) != head_layout(ours):
+        raise ValueError(
+            f"callbacks.warm_start: {path} has {head_layout(theirs)}, this model {head_layout(ours)}: its attention "
+            "weights would be read as other heads; start from a run of the same heads"
+        )

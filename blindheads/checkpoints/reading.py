@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from blindheads.datamodules.retrieval_mix import RetrievalMix
-from blindheads.modules.config import DecoderConfig
+from blindheads.modules.config import DecoderConfig, UnpickledConfigError
 
 
 def refused_code(error: BaseException) -> str | None:
@@ -43,14 +43,41 @@ def not_a_checkpoint(path, error: BaseException) -> str:
     if code := refused_code(error):
         return f"not a blindheads checkpoint: {path} ({code})"
     reasons = {
-        EOFError: "empty or truncated",
         pickle.UnpicklingError: "not a PyTorch checkpoint file",
         KeyError: "no Lightning checkpoint inside",
         zipfile.BadZipFile: "not a PyTorch checkpoint file",
         IsADirectoryError: "a directory, not a file",
     }
-    reason = next((text for kind, text in reasons.items() if isinstance(error, kind)), type(error).__name__)
+    reason = cut_short(path, error) or next(
+        (text for kind, text in reasons.items() if isinstance(error, kind)), type(error).__name__
+    )
     return f"not a blindheads checkpoint: {path} ({reason})"
+
+
+ZIP_START = b"PK\x03\x04"  # torch.save writes a zip archive, whose index is at its end
+
+
+def cut_short(path, error: BaseException) -> str | None:
+    """``empty or truncated: N bytes`` for a local file that ended before torch could read it (an empty file, a
+    file cut short by a full disk or a killed copy: torch says ``EOFError``, or for a zip archive without its end
+    ``RuntimeError`` or ``OSError``); a zip archive torch cannot read otherwise is damaged, another file torch's zip
+    reader refuses is no checkpoint; else ``None``."""
+    if "://" in str(path) or not isinstance(error, (EOFError, RuntimeError, OSError)):
+        return None
+    try:
+        size = Path(path).stat().st_size
+        with open(path, "rb") as file:
+            start = file.read(len(ZIP_START))
+    except OSError:  # gone, a directory, no permission: named by the error's own kind
+        return None
+    ended = isinstance(error, (EOFError, OSError)) or any(
+        words in str(error) for words in ("central directory", "not a ZIP archive")
+    )
+    if size == 0 or (ended and (start == ZIP_START or isinstance(error, EOFError))):
+        return f"empty or truncated: {size} bytes"
+    if start == ZIP_START:
+        return f"a damaged PyTorch checkpoint file: {size} bytes"
+    return "not a PyTorch checkpoint file" if isinstance(error, RuntimeError) else None  # torch's zip reader's words
 
 
 def check_regular_file(path: str | Path) -> Path:
@@ -73,6 +100,8 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
     path = check_regular_file(path)
     try:
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except UnpickledConfigError as error:  # a whole checkpoint, its decoder config holding a value refused
+        raise ValueError(f"{path}: its decoder config: {error}") from None
     except Exception as error:  # truncated, corrupt, another format, or objects that would run code
         raise ValueError(not_a_checkpoint(path, error)) from None
 

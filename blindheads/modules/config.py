@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, get_args
 
+import torch
 import yaml
 
 from blindheads.modules.backends import Backend
 from blindheads.modules.position.registry import PositionSpec
-from blindheads.numerics import Dtype, Threshold
+from blindheads.numerics import Dtype, Threshold, check_horizon
 
 SHAPE = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size", "context_length", "init_std")
+WHOLE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size", "context_length")
+IN_UNIT = {  # a field that must lie in (low, 1] ([low, 1] when closed): low, closed, why
+    "init_std": (0.0, False, "larger weights saturate every norm and softmax (at 1e6 all logits are equal and every "
+                             "gradient is exactly zero)"),
+    "norm_eps": (torch.finfo(torch.float32).tiny, True, "RMSNorm adds it to a mean square of activations: below "
+                 "float32's smallest normal number it is flushed to 0, above 1 it outweighs them"),
+}  # fmt: skip
+
+
+class UnpickledConfigError(ValueError):
+    """A ``DecoderConfig`` unpickled from a checkpoint holds a value its checks refuse (``checkpoints.reading`` names
+    the file)."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +53,15 @@ class DecoderConfig:
             ``alibi(wide)+clamp+log_distance``, or a YAML list of such entries. Components: alibi, clamp, fire,
             kerple_log, kerple_power, log_distance, nope, rope, sliding_window, soft_cap, step, t5_buckets
             (docs/positions.md). Ready-made stacks: ``--config configs/position/NAME.yaml`` with NAME one of alibi,
-            alibi_learnable, alibi_zero_free, clamp, clamp_log_distance, fire, kerple_log, kerple_power,
+            alibi_gradient_floor, alibi_learnable, alibi_zero_free, clamp, clamp_log_distance, fire, kerple_log, kerple_power,
             log_distance, mpt, nope, robust, robust_clamp, rope, safe, sliding_window, soft_cap, soft_cap_before,
             steep, t5_buckets, wide, wide_clamp, wide_clamp_log_distance.
         attention: The attention kernel: ``auto`` (``flex`` on CUDA, else ``sdpa``), ``flex`` (FlexAttention; trains
             only on CUDA), ``sdpa`` or ``eager`` (the weights materialised, as the measurements use).
         softmax_dtype: The dtype the eager backend's softmax computes in.
+        gradient_floor: A learning horizon ``H`` in nats, or ``None``: the eager softmax's backward pass then sees
+            every visible key at least ``e^-H`` of its row's largest weight, while its forward pass stays
+            bit-identical (``blindheads.modules.gradient_floor``). Needs ``attention: eager``.
         dtype: The precision attention trains in; the default clamp floor and the slope presets chosen by blindness
             distance (steep, safe, wide, robust) are computed for it. ``--trainer.precision`` must compute in it.
         threshold: How the kernels treat subnormals: ``normal`` (flushed to zero, as fused GPU kernels do: a weight
@@ -68,6 +85,7 @@ class DecoderConfig:
     position: PositionSpec = "alibi"
     attention: Backend = "auto"
     softmax_dtype: Dtype = "float32"
+    gradient_floor: float | None = None
     # The precision attention trains in and how its kernels treat subnormals: the default clamp floor and the
     # slope presets chosen by blindness distance (steep, safe, wide, robust) are computed for these.
     dtype: Dtype = "bfloat16"
@@ -90,14 +108,14 @@ class DecoderConfig:
         ):
             if getattr(self, name) not in get_args(choices):
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(get_args(choices))}")
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "mlp_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}{source.get(name, '')}")
-        if not 0 < self.init_std <= 1:
-            raise ValueError(
-                f"init_std must be in (0, 1], got {self.init_std}: larger weights saturate every norm "
-                "and softmax (at 1e6 all logits are equal and every gradient is exactly zero)"
-            )
+        self._check_numbers(source)
+        if self.gradient_floor is not None:
+            check_horizon(self.gradient_floor)
+            if self.attention != "eager":
+                raise ValueError(
+                    f"gradient_floor {self.gradient_floor} needs attention eager (the weights it floors are "
+                    f"materialised there only), got attention {self.attention}"
+                )
         hidden, heads, kv_heads = (f"{name} {getattr(self, name)}{source.get(name, '')}" for name in
                                    ("hidden_size", "num_heads", "num_kv_heads"))  # fmt: skip
         if self.hidden_size % self.num_heads:
@@ -107,6 +125,32 @@ class DecoderConfig:
         if (self.hidden_size // self.num_heads) % 2:
             raise ValueError(f"head size {self.hidden_size // self.num_heads} ({hidden}, {heads}) must be even "
                              "(RoPE rotates pairs)")  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (a checkpoint of a model built in Python holds the config itself) skips ``__init__``: the
+        fields read are checked as a constructed config's are, a bad one refused as ``UnpickledConfigError``."""
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        try:
+            self.__post_init__()
+        except (ValueError, TypeError) as error:
+            raise UnpickledConfigError(str(error)) from None
+
+    def _check_numbers(self, source: dict[str, str]) -> None:
+        """Every numeric field a number in its range (``gradient_floor``: ``check_horizon``), naming the field, the
+        value and where it came from; ``nan`` is in no range."""
+        for name in WHOLE:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Integral):
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}{source.get(name, '')}")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}{source.get(name, '')}")
+        for name, (low, closed, why) in IN_UNIT.items():
+            value = getattr(self, name)
+            number = isinstance(value, Real) and not isinstance(value, bool)
+            if not (number and (low <= value if closed else low < value) and value <= 1):
+                bound = f"[{low:.4g}" if closed else f"({low:.4g}"
+                raise ValueError(f"{name} must be in {bound}, 1], got {value!r}{source.get(name, '')}: {why}")
 
     def _fill_shape(self) -> dict[str, str]:
         """Fill the shape fields not given from the ``size`` preset (``num_kv_heads`` from ``num_heads`` when that is

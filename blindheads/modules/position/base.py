@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
+
+from blindheads.numerics import resolve_dtype
 
 COMPONENTS: dict[str, type[PositionComponent]] = {}  # name in a spec -> class, filled as subclasses are defined
 
@@ -92,13 +94,54 @@ class PositionComponent(nn.Module):
         return math.inf
 
 
-def check_finite(component: str, **values) -> None:
-    """Refuse a number that is not finite (``nan``, ``inf``; ``1e400`` reads as ``inf``), naming the option: no
-    component takes one (a step's ``height`` of ``inf``, a mask, is the one exception, and does not call this)."""
+BIAS_DTYPE = torch.float32  # the position bias is computed in it, and the components keep their numbers in it
+
+
+def used_in(dtype: str | torch.dtype | None = None) -> tuple[torch.dtype, ...]:
+    """The dtypes a component's numbers are used in: float32 (``BIAS_DTYPE``), then ``dtype``, the one attention
+    trains in (the bias is cast to it, and a true-precision trainer casts every parameter and buffer to it)."""
+    return tuple(dict.fromkeys((BIAS_DTYPE, BIAS_DTYPE if dtype is None else resolve_dtype(dtype))))
+
+
+def not_finite_in(values: Tensor | list[float], dtype: str | torch.dtype | None = None) -> torch.dtype | None:
+    """The first dtype of ``used_in(dtype)`` in which some of ``values`` is not finite, or ``None``: ``1e39`` is a
+    finite Python float but ``inf`` in float32, ``1e5`` ``inf`` in float16."""
+    values = torch.as_tensor(values, device="cpu").detach().to(torch.float64)
+    return next((where for where in used_in(dtype) if not torch.isfinite(values.to(where)).all()), None)
+
+
+def finite_range(dtype: torch.dtype, positive: bool = False) -> str:
+    """``"float32 (magnitude up to 3.403e+38)"``, or with ``positive`` from its smallest positive (subnormal) number
+    up: what a refusal says a number must fit in."""
+    info = torch.finfo(dtype)
+    low = f"from {info.tiny * info.eps:.4g}" if positive else "magnitude"
+    return f"{str(dtype).removeprefix('torch.')} ({low} up to {info.max:.4g})"
+
+
+def check_finite(component: str, *, dtype: str | None = None, **values) -> None:
+    """Refuse a number that is not finite (``nan``, ``inf``; ``1e400`` reads as ``inf``), or not finite in float32 or
+    the training ``dtype`` where it is used (``not_finite_in``), naming the option: no component takes one (a step's
+    ``height`` of ``inf``, a mask, is the one exception, and does not call this)."""
     for name, value in values.items():
-        numbers = value if isinstance(value, (list, tuple)) else [value]
-        if any(isinstance(v, (int, float)) and not math.isfinite(v) for v in numbers):
-            raise ValueError(f"{component} {name} must be finite, got {value}")
+        check_number(component, name, value, dtype)
+
+
+def check_number(component: str, name: str, value: Any, dtype: str | None = None) -> None:
+    """``check_finite`` for one option ``name`` (a number or a list of them)."""
+    given = value if isinstance(value, (list, tuple)) else [value]
+    numbers = [_as_float(v) for v in given if isinstance(v, (int, float))]
+    if not all(math.isfinite(v) for v in numbers):
+        raise ValueError(f"{component} {name} must be finite, got {value}")
+    where = not_finite_in(numbers, dtype) if numbers else None
+    if where is not None:
+        raise ValueError(f"{component} {name} must be finite in {finite_range(where)}, got {value}")
+
+
+def _as_float(number: int | float) -> float:
+    try:
+        return float(number)
+    except OverflowError:  # an integer beyond any float
+        return math.inf
 
 
 def _path(cls: type) -> str:

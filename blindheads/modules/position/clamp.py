@@ -53,7 +53,7 @@ class Clamp(PositionComponent):
         context_length: int = 2048,
     ) -> None:
         super().__init__()
-        check_finite("clamp", floor=floor, margin=margin)  # a floor of -inf (-1e400) would clamp nothing
+        check_finite("clamp", dtype=dtype, floor=floor, margin=margin)  # a floor of -inf (-1e400) clamps nothing
         if floor is not None and margin is not None:
             raise ValueError(f"clamp takes a floor ({floor}) or a margin ({margin}), not both")
         if margin is not None and not margin >= 0:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from blindheads.modules.position.base import PositionComponent, check_finite
+from blindheads.modules.position.base import PositionComponent, check_number
 
 EPS = 1e-2  # the authors' code clamps both parameters to at least this after every step
 
@@ -38,7 +38,7 @@ class Kerple(PositionComponent):
     def _initial(self, label: str, given: list[float] | None, scale: float, num_heads: int) -> Tensor:
         if given is None:
             return torch.rand(num_heads, device="cpu") * scale
-        check_finite(self.name, **{label: list(given)})
+        check_number(self.name, label, list(given))
         values = torch.tensor([float(v) for v in given], device="cpu")
         if values.numel() != num_heads or not (values > 0).all():
             raise ValueError(f"{self.name} {label} takes {num_heads} positive values (one per head), got {given}")

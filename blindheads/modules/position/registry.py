@@ -18,7 +18,7 @@ import re
 import sys
 from typing import Any
 
-from blindheads.modules.position.base import COMPONENTS, PositionComponent, PositionStack
+from blindheads.modules.position.base import COMPONENTS, PositionComponent, PositionStack, finite_range, not_finite_in
 
 BUILTIN_PACKAGE = "blindheads.modules.position"
 POSITION_MODULES = "BLINDHEADS_POSITION_MODULES"  # extra modules a class_path may import, named on purpose
@@ -110,10 +110,28 @@ def _instantiate(name: str, args: list, kwargs: dict, model_facts: dict[str, Any
     accepted = inspect.signature(cls).parameters
     facts = {k: v for k, v in model_facts.items() if k in accepted and k not in kwargs}
     try:
-        return cls(*args, **kwargs, **facts)
+        component = cls(*args, **kwargs, **facts)
     except TypeError as error:
         valid = [p for p in accepted if p not in model_facts]
         raise ValueError(f"bad arguments for position component {name!r}: {error}; it takes {valid}") from None
+    check_tensors(component, _term(name, args, kwargs), kwargs.get("dtype", model_facts.get("dtype")))
+    return component
+
+
+def _term(name: str, args: list, kwargs: dict) -> str:
+    """``soft_cap(20, where='before')``: an entry as a spec writes it, for refusals."""
+    return f"{name}({', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kwargs.items())])})"
+
+
+def check_tensors(component: PositionComponent, term: str, dtype: str | None) -> None:
+    """Every number a component holds as a tensor (slopes, learned tables, MLP weights) finite in float32 and in
+    the training ``dtype`` (``not_finite_in``), whatever option made it: ``t5_buckets(init_std=1e38)`` draws a table
+    with entries beyond float32's range, which no single option's check sees."""
+    tensors = [*component.named_parameters(), *component.named_buffers()]
+    for label, tensor in tensors:
+        if tensor.is_floating_point() and not tensor.is_meta and (where := not_finite_in(tensor, dtype)) is not None:
+            raise ValueError(f"position component {term}: its {label} is not finite in {finite_range(where)}; "
+                             "give it smaller values")  # fmt: skip
 
 
 def _entries(spec: PositionSpec) -> list[tuple[str, list, dict]]:

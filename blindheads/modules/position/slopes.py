@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from blindheads.modules.position.base import finite_range, used_in
 from blindheads.numerics import tau
 
 # Blindness-distance presets: name -> function(num_heads, context_length) -> distances in tokens.
@@ -99,4 +100,10 @@ def resolve_slopes(
         raise ValueError(f"ALiBi got {slopes.numel()} slopes for {num_heads} heads: give exactly one per head")
     if not ((slopes > 0) & torch.isfinite(slopes)).all():
         raise ValueError(f"ALiBi slopes must be positive and finite, got {slopes.tolist()}")
+    for where in used_in(dtype):  # a slope of inf where it is used makes the bias at the key itself -inf * 0 = nan
+        narrow = slopes.to(where)
+        if not (torch.isfinite(narrow) & (narrow > 0)).all():
+            made = f" (from blind_distances {list(blind_distances)})" if blind_distances is not None else ""
+            raise ValueError(f"ALiBi slopes must be positive and finite in {finite_range(where, positive=True)}, got "
+                             f"{slopes.tolist()}{made}")  # fmt: skip
     return slopes
