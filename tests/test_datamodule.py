@@ -263,7 +263,7 @@ def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
     path = directory / "z.jsonl"
     if kind == "directory jsonl":
         path.mkdir()
-        return str(path), "z.jsonl: cannot be read \\(Is a directory\\)"
+        return str(path), "z.jsonl: is a directory, not a regular file"
     if kind == "symlink loop jsonl":
         path.symlink_to(path)
         return str(path), "z.jsonl: cannot be read \\(Too many levels of symbolic links\\)"
@@ -278,7 +278,7 @@ def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
         }[kind]
     )
     return str(path), {
-        "empty jsonl": "z.jsonl: holds no documents",
+        "empty jsonl": "z.jsonl: holds no documents \\(0 bytes\\)",
         "integer jsonl": "z.jsonl: line 3 has 'text': int 5, expected a string",
         "missing jsonl": "z.jsonl: line 2 has 'text': none, expected a string",
         "bad utf-8 jsonl": "z.jsonl: invalid UTF-8 at byte offset 31 \\(line 2\\)",
@@ -306,12 +306,12 @@ def _write_bad_file(directory: Path, kind: str) -> tuple[str, str]:
 )
 def test_a_bad_later_file_is_named_before_training_reads_it(cache_dir, tmp_path, kind):
     """datasets would cast integers to strings, end an empty file silently, or raise naming no file."""
-    good = tmp_path / "a.jsonl" if "json" in kind else write_fineweb_parquet(tmp_path, 1, 5)[0]
-    if "json" in kind:
-        good.write_text('{"text": "a good first document"}\n')
+    good = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"] if "json" in kind else write_fineweb_parquet(tmp_path, 2, 5)
+    for path in good if "json" in kind else []:
+        path.write_text('{"text": "a good document"}\n')
     bad, message = _write_bad_file(tmp_path, kind)
     with pytest.raises(ValueError, match=message):
-        make_datamodule(cache_dir, [str(good), bad, str(good)])
+        make_datamodule(cache_dir, [str(good[0]), bad, str(good[1])])
 
 
 def test_bad_utf8_in_a_text_file_is_named_with_its_offset(cache_dir, tmp_path):

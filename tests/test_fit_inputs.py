@@ -15,6 +15,7 @@ from blindheads.cli import main
 from blindheads.cli.lightning import build_cli
 
 SAVE_DIR = "--trainer.logger.init_args.save_dir"
+STEPS = "must be a positive integer, the number of training steps: the learning-rate schedule is sized from it"
 
 
 def fit_args(tmp_path, cache_dir, *extra: str) -> list[str]:
@@ -96,6 +97,8 @@ def test_a_run_folder_that_cannot_be_written_is_one_line(cache_dir, tmp_path):
         ("--model.lr", "1e400", "--model.lr inf is not a finite number > 0 (a number beyond 1.8e308 reads as inf)"),
         ("--model.weight_decay", "-0.1", "--model.weight_decay -0.1 is not a finite number >= 0"),
         ("--model.decoder.num_heads", "0", "num_heads must be >= 1, got 0"),
+        ("--trainer.max_steps", "0", f"--trainer.max_steps 0 {STEPS}"),  # was "set trainer.max_steps", though set
+        ("--trainer.max_steps", "-1", f"--trainer.max_steps -1 (Lightning's default: not set, without end) {STEPS}"),
     ],
 )
 def test_a_value_that_cannot_train_is_refused_naming_it(cache_dir, tmp_path, option, value, message):

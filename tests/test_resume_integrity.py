@@ -10,6 +10,7 @@ import os
 import threading
 
 import pytest
+import torch
 import yaml
 from support.runs import REPO, copy_run, refusal, tiny_run_args
 
@@ -145,3 +146,41 @@ def test_last_names_the_checkpoint_it_found_as_what_the_command_does_with_it(tmp
     config = Namespace(trainer=Namespace(logger=logger), ckpt_path="last")
     resume.resolve_last(config, subcommand)
     assert config.ckpt_path == str(ckpt) and capsys.readouterr().err == f"{doing} {ckpt}\n"
+
+
+def test_another_tokenizer_vocabulary_on_resume_is_one_line_naming_the_setting(copied, tmp_path):
+    """``--data.builtin_vocab_size 1024`` on a resume of a 4096-token run ended in a 46-line ``size mismatch`` of the
+    embedding; another builtin size that pads to the same vocabulary is a change of the data like another tokenizer."""
+    run, args = copied
+    last = run / "checkpoints/last.ckpt"
+    ckpt = ["--ckpt_path", str(last), "--trainer.max_steps", "25"]
+    for command, then in (("fit", ", or start a new run without --ckpt_path"), ("validate", "")):
+        assert refusal([command, *args, *ckpt[:2], "--data.builtin_vocab_size", "1024"]) == (
+            f"blindheads {command}: error: the data changed since the checkpoint: builtin_vocab_size: 4096 -> 1024, a "
+            f"vocabulary of 1024 tokens where the checkpoint's model has 4096 ({last}): its weights cannot be loaded; "
+            f"give the checkpoint's --data.builtin_vocab_size 4096{then}"
+        )
+    checkpoint = torch.load(last, weights_only=True)
+    checkpoint["datamodule_hyper_parameters"]["builtin_vocab_size"] = 4090  # a run of 4090 tokens, padded to 4096
+    torch.save(checkpoint, last)
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    assert refusal(["fit", *args, *ckpt]) == (
+        "blindheads fit: error: the data changed since the checkpoint: builtin_vocab_size: 4090 -> 4096. Resuming "
+        "would re-read or skip documents; restore the data, or pass --data.accept_data_change true to go on"
+    )
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == before, "refused before any write"
+
+
+@pytest.mark.parametrize("size", [0, 10, 10_000, "half"])
+def test_an_empty_or_truncated_checkpoint_is_named_so_with_its_size(copied, tmp_path, size):
+    """A checkpoint cut short (a full disk, a killed copy) was named ``(OSError)`` or ``(RuntimeError)``, torch's
+    error kinds; a 10 000-byte stub is an OSError, half a file a RuntimeError."""
+    run, args = copied
+    whole = (run / "checkpoints/last.ckpt").read_bytes()
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(whole[: len(whole) // 2 if size == "half" else size])
+    message = refusal(["validate", *args, "--ckpt_path", str(cut)])
+    assert message == (
+        f"blindheads validate: error: not a blindheads checkpoint: {cut} (empty or truncated: {cut.stat().st_size} "
+        "bytes)"
+    )

@@ -243,7 +243,7 @@ def test_configs_compose_left_to_right_and_print():
 @pytest.mark.parametrize(
     "content, reason",
     [
-        (b"", "empty or truncated"),
+        (b"", "empty or truncated: 0 bytes"),
         (b"\x00garbage" * 100, "not a PyTorch checkpoint file"),
         (None, "no Lightning checkpoint inside"),
     ],

@@ -96,3 +96,20 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if old.get(key) != new.get(key):
             found.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
     return found
+
+
+def data_changed(changed: list[str]) -> str:
+    """The one-line refusal of a resume into changed data (``changed``: ``differences``' phrases)."""
+    return (
+        f"the data changed since the checkpoint: {'; '.join(changed)}. Resuming would re-read or skip documents; "
+        "restore the data, or pass --data.accept_data_change true to go on"
+    )
+
+
+def accepted_change(changed: list[str]) -> str:
+    """The warning of a resume into changed data that ``accept_data_change`` lets go on."""
+    return (
+        f"resuming into changed data (accept_data_change): {'; '.join(changed)}. The restored position counts "
+        "documents of the old file list, so documents may be read twice or never, and a changed held-out split may "
+        "have been trained on: this run is not the uninterrupted run"
+    )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ import datasets
 
 from blindheads.datamodules.builtin_corpus import write_builtin_corpus
 from blindheads.datamodules.hub import require_hub
-from blindheads.datamodules.validation import check_files
+from blindheads.datamodules.validation import check_files, check_regular
 
 SOURCES = ("hub", "files", "builtin")
 FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".txt": "text"}
@@ -87,7 +88,15 @@ def data_files(
         raise ValueError(f"unknown data source {source!r}; valid: {', '.join(SOURCES)}")
     if validation_files:
         held_out = expand_files(validation_files)
-        train = [f for f in all_files if f not in held_out]
+        named = {_resolved(f) for f in ([files] if isinstance(files, str) else files or []) if not glob.has_magic(f)}
+        held = {_resolved(f) for f in held_out}
+        # a held-out file that a glob of data.files matches is left out of training; one named in both is refused
+        train = [f for f in all_files if _resolved(f) not in held or _resolved(f) in named]
+        if not train:
+            raise ValueError(
+                f"data.validation_files holds out every file of data.files ({', '.join(all_files[:3])}"
+                f"{', ...' * (len(all_files) > 3)}): nothing is left to train on; give other data.validation_files"
+            )
     elif len(all_files) < 2:
         raise ValueError(
             f"source {source!r} has one file ({all_files[0]}); the last file is held out for validation, so give "
@@ -95,9 +104,31 @@ def data_files(
         )
     else:
         train, held_out = all_files[:-1], all_files[-1:]
+    for path in (*train, *held_out):  # as soon as they are listed: a FIFO or a device is refused before any read
+        if "://" not in path:
+            check_regular(path)
+    check_disjoint(train, held_out)
     if shuffle_files_seed is not None:
         random.Random(shuffle_files_seed).shuffle(train)
     return DataFiles(tuple(train), tuple(held_out), format_of(train + held_out))
+
+
+def _resolved(path: str) -> str:
+    """A local file by where it is (links and ``..`` resolved), a remote one by its path."""
+    return path if "://" in path else os.path.realpath(Path(path).expanduser())
+
+
+def check_disjoint(train: list[str], validation: list[str]) -> None:
+    """Refuse a file that is both trained on and held out (compared as resolved paths, so a link or another spelling
+    of a path is the same file): validation on it would measure memorisation."""
+    held = {_resolved(f) for f in validation}
+    both = list(dict.fromkeys(f for f in train if _resolved(f) in held))
+    if both:
+        raise ValueError(
+            f"data file(s) {', '.join(both)} given for both training and validation (as the same file after resolving "
+            "links): a held-out file must not be trained on; give each file in data.files or in data.validation_files "
+            "(without data.validation_files the last file of data.files is held out), not both"
+        )
 
 
 def stream_documents(files: tuple[str, ...], format: str, text_column: str) -> datasets.IterableDataset:

@@ -15,11 +15,17 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerFast
 
 from blindheads.datamodules.batch_memory import check_batch_fits
-from blindheads.datamodules.fingerprint import differences, fingerprint, hashes_ends_only
+from blindheads.datamodules.fingerprint import (
+    accepted_change,
+    data_changed,
+    differences,
+    fingerprint,
+    hashes_ends_only,
+)
 from blindheads.datamodules.retrieval_mix import EpisodeWriter, RetrievalMix
 from blindheads.datamodules.sources import SOURCES, DataFiles, data_files, stream_documents
 from blindheads.datamodules.task_format import TaskFormat, TaskWriter
-from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
+from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer, padded_vocab_size
 from blindheads.datamodules.windows import TokenWindows, collate_windows
 from blindheads.running import running
 from blindheads.signals import ignore_stops
@@ -125,8 +131,9 @@ class TextData(L.LightningDataModule):
     @property
     def vocab_size(self) -> int:
         """The tokenizer's vocabulary, rounded up to a multiple of 64 (faster matrix multiplies)."""
-        tokenizer = self.tokenizer or load_tokenizer(self.tokenizer_name, self.cache_dir, self.builtin_vocab_size)
-        return -(-len(tokenizer) // 64) * 64
+        return padded_vocab_size(
+            self.tokenizer or load_tokenizer(self.tokenizer_name, self.cache_dir, self.builtin_vocab_size)
+        )
 
     def _rank_and_world(self) -> tuple[int, int]:
         trainer = self.trainer
@@ -305,17 +312,9 @@ class TextData(L.LightningDataModule):
         changed = differences(recorded, self._take_fingerprint(ends_only=True) if ends_only else self.fingerprint())
         if not changed:
             return
-        what = "; ".join(changed)
         if not self.accept_data_change:
-            raise ValueError(
-                f"the data changed since the checkpoint: {what}. Resuming would re-read or skip "
-                "documents; restore the data, or pass --data.accept_data_change true to go on"
-            )
-        log.warning(
-            f"resuming into changed data (accept_data_change): {what}. The restored position counts "
-            "documents of the old file list, so documents may be read twice or never, and a changed "
-            "held-out split may have been trained on: this run is not the uninterrupted run"
-        )
+            raise ValueError(data_changed(changed))
+        log.warning(accepted_change(changed))
 
 
 def _leave_interrupts_to_the_main_process(worker_id: int) -> None:

@@ -7,8 +7,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -74,10 +75,28 @@ def _from_pretrained(path: str) -> PreTrainedTokenizerFast:
     """A local directory, else the Hub's cache, else the Hub, asked first whether it is reachable."""
     if not Path(path).exists():
         try:
-            return cast(PreTrainedTokenizerFast, AutoTokenizer.from_pretrained(path, local_files_only=True))
+            return cast(
+                PreTrainedTokenizerFast,
+                AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False),
+            )
         except OSError:
             require_hub(f"tokenizer {path!r}", OFFLINE_HINT)
-    return cast(PreTrainedTokenizerFast, AutoTokenizer.from_pretrained(path))  # fast: use_fast is the default
+    return cast(
+        PreTrainedTokenizerFast, AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    )  # fast by default; never its code
+
+
+def tokenizer_settings(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The data options (``data.*``, or a checkpoint's record of them) that choose the tokenizer: its name, and for
+    the builtin one its vocabulary size (another size is another tokenizer: other merges, other token ids)."""
+    name = data.get("tokenizer")
+    return {"tokenizer": name, **({"builtin_vocab_size": data.get("builtin_vocab_size")} if name == BUILTIN else {})}
+
+
+def padded_vocab_size(tokenizer: PreTrainedTokenizerFast) -> int:
+    """The model's vocabulary for ``tokenizer``: its tokens, rounded up to a multiple of 64 (faster matrix
+    multiplies)."""
+    return -(-len(tokenizer) // 64) * 64
 
 
 def load_tokenizer(name: str, cache_dir: str | Path, builtin_vocab_size: int = 4096) -> PreTrainedTokenizerFast:

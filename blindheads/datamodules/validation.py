@@ -1,5 +1,9 @@
 """Every local data file is checked before training reads it, and every document where it is read.
 
+A data file must be a regular file, not empty: a FIFO would block the first read forever and a device such as
+``/dev/zero`` (or a link to one, whatever its name) would never end, so each is refused by what ``stat`` says of the
+file a path resolves to, before anything opens it.
+
 ``datasets`` casts a later file's integer ``text`` column to strings, ends an empty file silently and names no file
 on bad UTF-8, so errors found there would be silent or nameless. Each local file is therefore read here first:
 parquet by its footer (schema, row count, null counts; no text is read), json lines and text in full (they have no
@@ -12,6 +16,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import stat
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -23,15 +29,47 @@ class DataFileError(ValueError):
 
 
 def check_files(files: tuple[str, ...], format: str, text_column: str) -> None:
-    """Raise ``DataFileError`` for the first local file that is empty, unreadable or holds a non-string text."""
+    """Raise ``DataFileError`` for the first local file that is no regular file (``check_regular``), then for the
+    first that is empty, unreadable or holds a non-string text."""
     check = {"parquet": _check_parquet, "json": _check_json, "text": _check_text}[format]
-    for path in files:
-        if "://" in path:
-            continue
+    local = [path for path in files if "://" not in path]
+    for path in local:  # every file's kind before any file's contents: a pipe is named before gigabytes are read
+        check_regular(path)
+    for path in local:
         try:
             check(path, text_column)
         except OSError as error:  # a directory, a symlink loop, a file deleted since it was listed, no permission
             raise DataFileError(f"{path}: cannot be read ({error.strerror or error})") from None
+
+
+KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def check_regular(path: str) -> None:
+    """Refuse, before it is opened, a data file that is not a regular file (as the path resolves: a link is followed)
+    or that is empty: reading a FIFO blocks until a writer comes, a device never ends, and a size of 0 bytes is no
+    document (or a kernel file whose size says nothing of what reading it yields)."""
+    try:
+        status = os.stat(path)
+    except OSError as error:  # missing since it was listed, a symlink loop, no permission on a folder
+        raise DataFileError(f"{path}: cannot be read ({error.strerror or error})") from None
+    if not stat.S_ISREG(status.st_mode):
+        kind = next(
+            (name for test, name in KINDS if test(status.st_mode)), f"of file type {stat.S_IFMT(status.st_mode):o}"
+        )
+        what = f"a link to {os.path.realpath(path)}, {kind}" if os.path.islink(path) else kind
+        raise DataFileError(
+            f"{path}: is {what}, not a regular file; data files must be regular files (reading a pipe or a device "
+            "would block or never end)"
+        )
+    if status.st_size == 0:
+        raise DataFileError(f"{path}: holds no documents (0 bytes)")
 
 
 def _open(path: str) -> io.BufferedIOBase:
