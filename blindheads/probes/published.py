@@ -18,7 +18,7 @@ from blindheads.datamodules.hub import require_hub
 from blindheads.evaluation.contexts import forward_hooks
 from blindheads.evaluation.underflow import ZeroStatistics, mean_zero_share_by_distance, zero_statistics
 from blindheads.modules.position import ALiBi, PositionStack
-from blindheads.numerics import THRESHOLDS, resolve_dtype, tau
+from blindheads.numerics import LEARNING_HORIZON, THRESHOLDS, resolve_dtype, tau
 from blindheads.probes.retrieval import retrieval_sweeps
 from blindheads.probes.score_paths import ScorePath, score_path
 from blindheads.probes.text import documents, token_stream
@@ -50,7 +50,7 @@ def load_published(name: str, dtype: str = "float32"):
         blindheads.export.hf.check_export(Path(name))
     if not local:
         try:
-            AutoTokenizer.from_pretrained(name, local_files_only=True)
+            AutoTokenizer.from_pretrained(name, local_files_only=True, trust_remote_code=False)
         except OSError:
             try:
                 require_hub(f"model {name!r}", "download it first or pass a local directory")
@@ -58,7 +58,7 @@ def load_published(name: str, dtype: str = "float32"):
                 raise ValueError(str(error)) from None
     try:
         model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager", dtype=resolve_dtype(dtype))
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=False)  # a tokenizer runs no code
     except pickle.UnpicklingError as error:  # transformers unpickles ``.bin`` weights with ``weights_only``
         raise ValueError(
             f"cannot load model {name!r}: {refused_code(error) or 'its weights file is damaged'}"
@@ -133,12 +133,22 @@ def measure(model: PreTrainedModel, tokens: torch.Tensor) -> list[ZeroStatistics
     return [per_layer[i] for i in sorted(per_layer)]
 
 
+def _alibi(path: ScorePath) -> PositionStack | None:
+    if path.slopes is None:
+        return None
+    return PositionStack([ALiBi(path.slopes.tolist(), num_heads=len(path.slopes))], len(path.slopes))
+
+
 def predicted_blind_distances(path: ScorePath, dtype: str) -> dict[str, list[float]]:
     """Per threshold mode, each head's predicted blindness distance (bias alone)."""
-    if path.slopes is None:
-        return {}
-    stack = PositionStack([ALiBi(path.slopes.tolist(), num_heads=len(path.slopes))], len(path.slopes))
-    return {mode: blind_distances(stack, tau(dtype, mode)).tolist() for mode in THRESHOLDS}
+    stack = _alibi(path)
+    return {} if stack is None else {mode: blind_distances(stack, tau(dtype, mode)).tolist() for mode in THRESHOLDS}
+
+
+def predicted_horizon_distances(path: ScorePath) -> list[float] | None:
+    """Each head's predicted horizon distance: where its bias alone passes ``LEARNING_HORIZON`` nats."""
+    stack = _alibi(path)
+    return None if stack is None else blind_distances(stack, LEARNING_HORIZON).tolist()
 
 
 def summarize(
@@ -148,9 +158,11 @@ def summarize(
     results: list[LayerStatistics],
     predicted: dict[str, list[float]],
 ) -> dict:
-    """Everything a notebook needs: per length, per layer x head measured zero share and blindness distance; the
-    underflow share by distance per head (mean over layers); the prediction in both threshold modes (JSON has no
-    infinity: a head never blind is ``None``)."""
+    """Everything a notebook needs: per length, per layer x head measured zero share, share past the learning
+    horizon (below e^-H of the row's largest) and blindness distance; the underflow share by distance per head (mean
+    over layers); the prediction in both threshold modes and each head's horizon distance (JSON has no infinity: a
+    head never blind is ``None``)."""
+    horizons = predicted_horizon_distances(path)
 
     def finite(values):
         return [v if math.isfinite(v) else None for v in values]
@@ -164,10 +176,13 @@ def summarize(
         "slopes": None if path.slopes is None else path.slopes.tolist(),
         "tau": {mode: tau(dtype, mode) for mode in THRESHOLDS},
         "predicted_blind_distance": {mode: finite(v) for mode, v in predicted.items()},
+        "learning_horizon": LEARNING_HORIZON,
+        "predicted_horizon_distance": None if horizons is None else finite(horizons),
         "lengths": [
             {
                 "length": r.length,
                 "zero_share": [s.zero_share.tolist() for s in r.layers],
+                "deaf_share": [s.deaf_share.tolist() for s in r.layers],
                 "blind_distance": [finite(s.blind_distance.tolist()) for s in r.layers],
                 "zero_share_by_distance": mean_zero_share_by_distance(r.layers).tolist(),
             }
