@@ -25,6 +25,11 @@ How the distance is found depends on what the stack declares (``blindheads.modul
 A bias that depends on the query's position (FIRE) is evaluated for the context's last query (position
 ``context - 1``), the row whose normaliser the ``materialized`` definition takes; its all-pairs share counts every
 row as that one.
+
+Long before that, a head stops *learning* to read a key: its **horizon distance** is where the bias alone puts a key
+``horizon`` nats below the row's largest weight (``H / m`` for ALiBi; the same inverse or search as the blind
+distance, with ``H`` for ``tau``). ``H`` defaults to ``numerics.LEARNING_HORIZON``, the edge the committed
+conjecture measured; it does not depend on the dtype.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import torch
 from torch import Tensor
 
 from blindheads.modules.position.base import INVERSES, PositionStack, overrides
-from blindheads.numerics import check_threshold, resolve_dtype, rounding_boundary, tau
+from blindheads.numerics import LEARNING_HORIZON, check_horizon, check_threshold, resolve_dtype, rounding_boundary, tau
 
 SOFTMAXES = ("fused", "materialized")
 NORMALISER_CHUNK = 2**16  # distances per chunk of the normaliser's log-sum-exp and of the scan: memory stays bounded
@@ -173,6 +178,12 @@ def predicted_blind_distances(
     return blind_distances(stack, effective_tau(stack, context, dtype, threshold, softmax), context=context)
 
 
+def horizon_distances(stack: PositionStack, context: int, horizon: float = LEARNING_HORIZON) -> Tensor:
+    """Per head, the distance beyond which the bias alone puts a key more than ``horizon`` nats below the row's
+    largest weight (the bias at distance 0): where the head stops learning to read it. ``inf``: never."""
+    return blind_distances(stack, check_horizon(horizon), context=context)
+
+
 def _closed_form(stack: PositionStack, target: Tensor) -> Tensor | None:
     """Invert the stack stage by stage: logits, then the bias limit, then the bias, then the distance transform.
     ``None`` when a component changes a stage it cannot invert, or several components add biases."""
@@ -240,6 +251,7 @@ def underflow_all_pairs(distance: Tensor, context: int) -> Tensor:
 class HeadBlindness:
     slope: float | None  # the head's ALiBi slope, where its stack has one
     blind_distance: float
+    horizon_distance: float  # where its bias passes the learning horizon: keys beyond it are not learned
     underflow_last_query: float
     underflow_all_pairs: float
 
@@ -253,6 +265,7 @@ class BlindnessReport:
     """
 
     tau: float
+    horizon: float  # the learning horizon, in nats below a row's largest weight
     dtype: str
     threshold: str
     softmax: str
@@ -267,10 +280,16 @@ class BlindnessReport:
 
 
 def blindness_report(
-    stack: PositionStack, context: int, dtype: str = "bfloat16", threshold: str = "normal", softmax: str = "fused"
+    stack: PositionStack,
+    context: int,
+    dtype: str = "bfloat16",
+    threshold: str = "normal",
+    softmax: str = "fused",
+    horizon: float = LEARNING_HORIZON,
 ) -> BlindnessReport:
-    """Tau, per-head blindness distances and underflow shares, and their averages over heads."""
+    """Tau, per-head blindness and horizon distances and underflow shares, and their averages over heads."""
     check_threshold(threshold)
+    horizons = horizon_distances(stack, context, horizon)
     if stack.monotone:
         distances = predicted_blind_distances(stack, context, dtype, threshold, softmax)
         last, pairs = underflow_last_query(distances, context), underflow_all_pairs(distances, context)
@@ -282,11 +301,12 @@ def blindness_report(
     slopes = next((c.head_parameters()["slope"].tolist() for c in stack if "slope" in c.head_parameters()), None)
     slopes = slopes or [None] * stack.num_heads
     heads = [
-        HeadBlindness(slope, float(dist), float(lq), float(ap))
-        for slope, dist, lq, ap in zip(slopes, distances, last, pairs)
+        HeadBlindness(slope, float(dist), float(deaf), float(lq), float(ap))
+        for slope, dist, deaf, lq, ap in zip(slopes, distances, horizons, last, pairs)
     ]
     return BlindnessReport(
         tau=tau(dtype, threshold),
+        horizon=float(horizon),
         dtype=str(resolve_dtype(dtype)).removeprefix("torch."),
         threshold=threshold,
         softmax=softmax,

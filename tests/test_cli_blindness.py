@@ -22,7 +22,7 @@ def test_json_output_has_the_documented_keys(capsys):
     assert report["tau"] == pytest.approx(tau("float32"))
     assert len(report["heads"]) == 8
     head = report["heads"][0]
-    assert set(head) == {"slope", "blind_distance", "underflow_last_query", "underflow_all_pairs"}
+    assert set(head) == {"slope", "blind_distance", "horizon_distance", "underflow_last_query", "underflow_all_pairs"}
     assert head["slope"] == pytest.approx(0.5) and head["blind_distance"] == pytest.approx(tau("float32") / 0.5)
     assert report["heads"][-1]["blind_distance"] > 1024 and report["heads"][-1]["underflow_last_query"] == 0
     assert 0 <= report["underflow_all_pairs"] <= report["underflow_last_query"] <= 1
@@ -121,6 +121,14 @@ def test_table_through_the_entry_point():
         (["--heads", "4", "--context", "0"], "--context must be between 1 and 1099511627776 tokens, got 0"),
         (["--heads", "4", "--context", "-5"], "--context must be between 1"),
         (["--heads", "2", "--bias", "alibi([1e999, 0.5])"], "ALiBi slopes must be positive and finite, got [inf, 0.5]"),
+        *(  # a slope finite as a Python float but inf in float32: it was reported as never blind (null)
+            (
+                f"--heads 2 --context 64 --bias alibi([1e39,0.5]) --dtype float32 --softmax {softmax} --json".split(),
+                "ALiBi slopes must be positive and finite in float32 (from 1.401e-45 up to 3.403e+38), got [1e+39, 0.5]",
+            )
+            for softmax in ("materialized", "fused")
+        ),
+        (["--heads", "2", "--bias", "alibi([1e5, 0.5])", "--dtype", "float16"], "finite in float16"),
         (
             ["--heads", "4", "--bias", "alibi(alibi_bias_max=4)"],
             "alibi alibi_bias_max=4 is used only by slopes=mpt (MPT's exponent range), not by slopes=press: give "

@@ -100,9 +100,10 @@ def test_log_distance_against_alibi_at_8x_reproduces_by_hand_and_exact_enumerati
 
 def test_records_give_counts_pairs_verdicts_and_baselines(tmp_path):
     """Shares of 8 episodes infer 8; a logged count wins. Against the reference and a named pair; a setup ahead in
-    every seed is higher; one no better than the best constant answer is at baseline."""
+    every seed is higher (8 seeds: with no spread the exact sign-flip p, 2/2^8, decides); one no better than the
+    best constant answer is at baseline."""
     records = []
-    for seed in range(5):
+    for seed in range(8):
         for setup, correct in (("alibi", 2 + seed % 2), ("nope", 8), ("rope", 2 + seed % 2)):
             metrics = {
                 "test/recall/distance2x/exact": correct / 8,
@@ -127,7 +128,7 @@ def test_records_give_counts_pairs_verdicts_and_baselines(tmp_path):
     assert written.loc[("rope", "alibi", "distance2x"), "verdict"] == "no difference shown"
     assert written.loc[("nope", "rope", "distance2x"), "at_baseline"] == "rope"
     assert written.loc[("alibi", "baseline", "distance2x"), "at_baseline"] == "alibi"
-    assert "| nope - alibi | +0.00 [+0.00, +0.00] 0/5/0 | **+0.70 [" in (tmp_path / "verdicts.md").read_text()
+    assert "| nope - alibi | +0.00 [+0.00, +0.00] 0/8/0 | **+0.69 [" in (tmp_path / "verdicts.md").read_text()
 
 
 def test_recall_under_the_cap_is_compared_with_the_same_setup_uncapped_and_not_with_the_baseline(tmp_path):
@@ -207,7 +208,8 @@ def test_t_test_p_matches_the_printed_table_and_holm_matches_a_hand_adjustment()
     # a mean whose t statistic is the printed 97.5% quantile of t[7] (2.3646) has two-sided p 0.05
     differences = np.array([1.0, -1, 1, -1, 1, -1, 1, -1]) + 2.364624 * np.std([1.0, -1] * 4, ddof=1) / np.sqrt(8)
     assert t_test_p(differences) == pytest.approx(0.05, abs=1e-5)
-    assert t_test_p(np.zeros(8)) == 1.0 and t_test_p(np.full(8, 0.1)) == 0.0 and math.isnan(t_test_p(np.ones(1)))
+    assert t_test_p(np.zeros(8)) == 1.0 and math.isnan(t_test_p(np.ones(1)))
+    assert t_test_p(np.full(8, 0.1)) == 2 / 2**8  # no spread: the exact sign-flip p, not the t limit 0
     p = pd.Series([0.01, 0.04, 0.03, 0.2, 0.01, np.nan])
     family = pd.Series(["a", "a", "a", "a", "b", "b"])
     # family a sorted: 0.01 x4 = 0.04, 0.03 x3 = 0.09, 0.04 x2 = 0.08 -> kept at 0.09, 0.2 x1 = 0.2
@@ -231,3 +233,34 @@ def test_the_zeros_and_the_floor_enter_as_setups_compared_with_the_model_as_it_i
     zero_free = compared.loc["alibi zero-free"]
     assert (zero_free["ties"], zero_free["p_t"], zero_free["family"]) == (8, 1.0, "alibi zero-free - alibi")
     assert verdicts(compared.reset_index()).set_index("setup_a").loc["alibi capped", "verdict"] == "higher"
+
+
+def test_setups_that_kept_outcomes_on_the_same_episodes_are_resampled_episode_by_episode_together():
+    """Per-episode outcomes on one episode set per seed: the interval redraws each seed's episodes once for both
+    setups, as an explicit bootstrap over seeds and episode indices does, and is narrower than redrawing each
+    setup's episodes independently (what records without outcomes get)."""
+    rng = np.random.default_rng(3)
+    records, explicit = [], []
+    for seed in range(8):
+        shared = rng.random(128) < 0.6
+        a, b = shared.copy(), shared.copy()
+        a[rng.choice(128, 6 + seed % 3, replace=False)] = True  # a answers a few more
+        for setup, outcome in (("x", a), ("y", b)):
+            metrics = {"test/recall/distance2x/exact": outcome.mean(), "test/recall/distance2x/episodes": 128}
+            records.append({"setup": setup, "seed": seed, "metrics": metrics, "episode_sets": {"distance2x": f"s{seed}"},
+                            "episode_outcomes": {"distance2x": {"exact": "".join("1" if o else "0" for o in outcome)}}})  # fmt: skip
+        explicit.append(a.astype(float) - b.astype(float))
+    row = compare(per_seed_recall(records), [("x", "y")], resamples=4000).iloc[0]
+    assert row["paired"]
+    seeds = rng.integers(0, 8, size=(4000, 8))
+    episodes = rng.integers(0, 128, size=(4000, 8, 128))
+    means = np.stack(explicit)[seeds[..., None], episodes].mean(axis=(1, 2))
+    n = 8
+    tail = 0.5 * math.erfc(math.sqrt(n / (n - 1)) * 2.3646 / math.sqrt(2))  # t(7) 97.5%: 2.3646
+    reference = np.quantile(means, [tail, 1 - tail])
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(reference), abs=0.004)
+    for record in records:
+        record.pop("episode_sets")
+    unpaired = compare(per_seed_recall(records), [("x", "y")], resamples=4000).iloc[0]
+    assert not unpaired["paired"] and unpaired["mean_diff"] == row["mean_diff"]
+    assert (unpaired["ci_high"] - unpaired["ci_low"]) > 2 * (row["ci_high"] - row["ci_low"])

@@ -250,7 +250,7 @@ def test_the_probe_figure_names_its_prediction_lines():
 
     zeros = torch.zeros(2, 64, dtype=torch.float64)
     zeros[0, 40:] = 1
-    layer = ZeroStatistics(zeros, torch.ones(64, dtype=torch.float64), torch.tensor([39, 63]))
+    layer = ZeroStatistics(zeros, torch.ones(64, dtype=torch.float64), torch.tensor([39, 63]), zeros)
     figure = zero_share_by_distance([layer], torch.tensor([35.0, math.inf]), torch.tensor([41.0, math.inf]))
     labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
     assert labels == [

@@ -47,6 +47,11 @@ from blindheads.running import running
 CONSTANT = 0.9  # a point where one predicted answer is this share of the episodes is answered by rote
 
 
+def bits(exact: torch.Tensor) -> str:
+    """Per-episode outcomes as text, one ``0`` or ``1`` per episode: 512 episodes take 512 bytes of JSON."""
+    return "".join("1" if e else "0" for e in exact.tolist())
+
+
 def point_title(name: str, where: dict[str, int]) -> str:
     """A point's chart title: ``exact at 128 tokens (distance2x)``, ``exact at gap 8``."""
     return f"exact at {where['distance']} tokens ({name})" if "distance" in where else f"exact at gap {where['gap']}"
@@ -96,7 +101,8 @@ class EpisodeRecall(PeriodicEvaluation):
 
     - ``recall/heads/layer{l}/head{h}/ablation_cost``: the share of the farthest in-window point's episodes that
       zeroing the head's output at the answer's query loses (that point's distance: ``recall/heads/ablation_distance``);
-      heads costing at least ``CARRIES`` carry recall (``recall/heads/carriers``: how many);
+      heads costing at least ``CARRIES`` whose mean fact weight there is at least ``NEAR_BLIND`` (e^-H, absolute:
+      a head past the learning horizon reads no fact) carry recall (``recall/heads/carriers``: how many);
     - per carrier, ``.../blind_by``: the distance of the nearest point where it gives every episode's fact exactly 0
       weight, and ``.../exact_at_blind_by``: the recall there;
     - per point, ``carriers_blind`` / ``carriers_near_blind`` / ``carriers_reachable``: shares of episodes whose
@@ -106,7 +112,9 @@ class EpisodeRecall(PeriodicEvaluation):
 
     and ``recall/slope/head{h}``, the slopes of learnable ALiBi heads, to follow them over training. ``results_fields``
     holds what ``ResultsFile`` adds to ``results.json``: ``episode_seed`` and ``episode_sets`` (point -> sha256 of
-    its episodes' token ids), so runs can be checked to have answered the same episodes or others.
+    its episodes' token ids), so runs can be checked to have answered the same episodes or others, and
+    ``episode_outcomes`` (point -> ``exact``, ``exact_zero_free``, ``exact_floored`` -> one ``0``/``1`` per episode,
+    in the episodes' order), so runs that answered the same episodes can be compared episode by episode.
     """
 
     def __init__(
@@ -195,6 +203,7 @@ class EpisodeRecall(PeriodicEvaluation):
         if not trainer.is_global_zero:
             return None
         decoder, scalars, measured = pl_module.decoder, {}, {}
+        outcomes: dict[str, dict[str, str]] = {}
         # a model computing in float64 already is its own zero-free copy: its recall is re-scored as it is
         wide = in_float64(decoder) if self.zero_free and next(decoder.parameters()).dtype != torch.float64 else None
         with evaluating(pl_module), torch.no_grad(), trainer.precision_plugin.forward_context():
@@ -208,6 +217,7 @@ class EpisodeRecall(PeriodicEvaluation):
                 tag = partial(recall_tag, name, prefix=prefix)
                 length = max(s.length for s in samples)
                 scalars[tag("exact")] = exact.float().mean().item()
+                outcomes[name] = {"exact": bits(exact)}
                 scalars[tag("episodes")] = len(episodes)
                 scalars[tag("baseline")] = top_share(s.answer for s in samples)
                 scalars[tag("constant_answer")] = float(top_share(s.predicted for s in scores) >= CONSTANT)
@@ -223,7 +233,9 @@ class EpisodeRecall(PeriodicEvaluation):
                         scalars[recall_weight_tag(name, layer, head, prefix)] = value
                 scalars[tag("zeros")] = (paths.weights == 0).double().mean().item()
                 scalars.update(
-                    self._interventions(decoder, wide, datamodule_of(trainer).tokenizer, paths, episodes, tag)
+                    self._interventions(
+                        decoder, wide, datamodule_of(trainer).tokenizer, paths, episodes, tag, outcomes[name]
+                    )
                 )
             if self.attribution:
                 scalars.update(self._attribute(trainer, decoder, measured, prefix))
@@ -231,6 +243,7 @@ class EpisodeRecall(PeriodicEvaluation):
             for head, value in enumerate(values.tolist() if values.dim() == 1 else []):
                 scalars[recall_tag(name, f"head{head}", prefix)] = value
         log_scalars(trainer, pl_module, scalars, prefix)
+        self.results_fields["episode_outcomes"] = outcomes
         by_distance = {
             m.distance: {part: scalars[t] for part in RECALL_SERIES if (t := recall_tag(name, part, prefix)) in scalars}
             for name, m in measured.items()
@@ -241,15 +254,18 @@ class EpisodeRecall(PeriodicEvaluation):
         )
         return scalars
 
-    def _interventions(self, decoder, wide, tokenizer, paths: AnswerPaths, episodes: list[Episode], tag) -> dict:
+    def _interventions(
+        self, decoder, wide, tokenizer, paths: AnswerPaths, episodes: list[Episode], tag, outcomes: dict[str, str]
+    ) -> dict:
         """``exact_zero_free`` and ``zeros_zero_free`` from ``wide``, the decoder in float64 (with ``zero_free``:
         where the training precision left no fact weight exactly 0, float64 leaves none either, so its weights are
-        measured only where it did); ``exact_floored`` (with ``floor``)."""
+        measured only where it did); ``exact_floored`` (with ``floor``). Each one's per-episode outcomes go into
+        ``outcomes``."""
         scalars = {}
         if self.zero_free and wide is None:  # float64 already: the same computation, its values copied
-            scalars[tag("exact_zero_free")] = (
-                recall(decoder, tokenizer, episodes, self.batch_size).double().mean().item()
-            )
+            exact = recall(decoder, tokenizer, episodes, self.batch_size)
+            scalars[tag("exact_zero_free")] = exact.double().mean().item()
+            outcomes["exact_zero_free"] = bits(exact)
             scalars[tag("zeros_zero_free")] = (paths.weights == 0).double().mean().item()
         if wide is not None:
             with torch.autocast(next(wide.parameters()).device.type, enabled=False):
@@ -257,12 +273,13 @@ class EpisodeRecall(PeriodicEvaluation):
                 if (paths.weights == 0).any():
                     paths = episode_paths(wide, episodes, self.batch_size, torch.float64)
             scalars[tag("exact_zero_free")] = exact.double().mean().item()
+            outcomes["exact_zero_free"] = bits(exact)
             scalars[tag("zeros_zero_free")] = (paths.weights == 0).double().mean().item()
         if self.floor is not None and decoder.position.has_bias:
             with floored_bias(decoder, self.floor):
-                scalars[tag("exact_floored")] = (
-                    recall(decoder, tokenizer, episodes, self.batch_size).double().mean().item()
-                )
+                exact = recall(decoder, tokenizer, episodes, self.batch_size)
+            scalars[tag("exact_floored")] = exact.double().mean().item()
+            outcomes["exact_floored"] = bits(exact)
         return scalars
 
     def _attribute(self, trainer: L.Trainer, decoder, measured: dict[str, Measured], prefix: str) -> dict[str, float]:
@@ -271,7 +288,8 @@ class EpisodeRecall(PeriodicEvaluation):
         inside = self._in_window(seq_len, measured)
         near = max(inside, key=lambda n: measured[n].distance)
         costs = ablation_costs(decoder, tokenizer, measured[near].episodes, self.batch_size)
-        carriers = costs >= CARRIES
+        # a head whose fact weight there is past the learning horizon does not read the fact, whatever its cost
+        carriers = (costs >= CARRIES) & (measured[near].paths.weights.double().mean(0) >= NEAR_BLIND)
         tag = partial(recall_tag, "heads", prefix=prefix)
         scalars[tag("ablation_distance")] = measured[near].distance
         scalars[tag("carriers")] = int(carriers.sum())

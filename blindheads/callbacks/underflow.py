@@ -26,6 +26,8 @@ from blindheads.evaluation.figures import blind_distance_figure, zero_share_by_d
 from blindheads.evaluation.tags import (
     blind_distance_figure_tag,
     blind_distance_tag,
+    deaf_figure_tag,
+    deaf_tag,
     predicted_tag,
     underflow_figure_tag,
     underflow_mean_tag,
@@ -33,6 +35,7 @@ from blindheads.evaluation.tags import (
 )
 from blindheads.evaluation.underflow import ZeroStatistics, zero_statistics
 from blindheads.modules.lm import DecoderLM
+from blindheads.numerics import LEARNING_HORIZON, check_horizon
 
 
 class UnderflowMonitor(PeriodicEvaluation):
@@ -44,23 +47,33 @@ class UnderflowMonitor(PeriodicEvaluation):
     - ``underflow/layer{l}/head{h}``: share of causal weights exactly zero at the training length, and
       ``underflow/{f}x/layer{l}/head{h}`` at the longest (where heads go blind); the mean of every measured length
       is ``underflow/mean_{f}x``;
+    - ``deaf/layer{l}/head{h}`` and ``deaf/{f}x/layer{l}/head{h}``: beside them, the share past the learning
+      horizon, below ``e^-horizon`` of the row's largest weight (exact zeros included), where a head stops learning
+      to read a key long before it is blind;
     - ``blind_distance/layer{l}/head{h}``: the measured blindness distance (longest length; a head the batch never
       saw blind logs nothing), beside the calculator's ``blind_distance_predicted/materialized/head{h}`` (the
       definition of the eager softmax measured here, at the longest length) and
       ``blind_distance_predicted/fused/head{h}`` (what FlexAttention training kernels follow); during fit the
       predictions are logged only where the position stack trains (fixed slopes predict the same at every step);
-    - images: the layer x head zero-share heatmap, underflow share against distance per head, and each head's
-      measured blind distance (each layer) beside its predictions (``blind_distance/by_head``), at the longest length.
+    - images: the layer x head heatmaps of the zero share and of the share past the horizon (``deaf/heatmap``),
+      underflow share against distance per head, and each head's measured blind distance (each layer) beside its
+      predictions (``blind_distance/by_head``), at the longest length.
 
     What the zeros do to gradients is ``GradientBlindness``'s. Rank 0 measures and writes while the other ranks
     wait at their next collective, so all stay in step.
     """
 
     def __init__(
-        self, every_n_steps: int | None = 500, length_factors: Sequence[float] = (1.0, 2.0), batch_size: int = 1
+        self,
+        every_n_steps: int | None = 500,
+        length_factors: Sequence[float] = (1.0, 2.0),
+        batch_size: int = 1,
+        horizon: float = LEARNING_HORIZON,
     ) -> None:
+        """``horizon``: the learning horizon in nats (default: ``blindheads.numerics.LEARNING_HORIZON``)."""
         super().__init__(every_n_steps)
         self.length_factors, self.batch_size = list(length_factors), batch_size
+        self.horizon = check_horizon(horizon)
         self.statistics: dict[int, list[ZeroStatistics]] = {}
 
     def evaluate(self, trainer: L.Trainer, pl_module: DecoderLM, prefix: str = "") -> dict | None:
@@ -84,7 +97,7 @@ class UnderflowMonitor(PeriodicEvaluation):
 
         def reduce(layer):
             def hook(module, inputs, weights):
-                per_layer[layer] = zero_statistics(weights)  # one layer's weights at a time
+                per_layer[layer] = zero_statistics(weights, self.horizon)  # one layer's weights at a time
 
             return hook
 
@@ -108,6 +121,8 @@ class UnderflowMonitor(PeriodicEvaluation):
         for layer, (stats, far) in enumerate(zip(at_base, longest)):
             per_head(scalars, partial(underflow_tag, layer, prefix=prefix), stats.zero_share)
             per_head(scalars, partial(underflow_tag, layer, at=at, prefix=prefix), far.zero_share)
+            per_head(scalars, partial(deaf_tag, layer, prefix=prefix), stats.deaf_share)
+            per_head(scalars, partial(deaf_tag, layer, at=at, prefix=prefix), far.deaf_share)
             per_head(scalars, partial(blind_distance_tag, layer, prefix=prefix), far.blind_distance)
         position, threshold = pl_module.decoder.position, pl_module.config.threshold
         predicted = {
@@ -121,6 +136,11 @@ class UnderflowMonitor(PeriodicEvaluation):
         figures = {
             underflow_figure_tag("heatmap", prefix): lambda _: zero_share_heatmap(
                 longest, f"share of causal weights exactly zero at {longest_length} tokens"
+            ),
+            deaf_figure_tag(prefix): lambda _: zero_share_heatmap(
+                longest,
+                f"share of causal weights below e^-{self.horizon:g} of their row's largest at {longest_length} tokens",
+                deaf=True,
             ),
             underflow_figure_tag("by_distance", prefix): lambda _: zero_share_by_distance(
                 longest, predicted["materialized"]

@@ -12,7 +12,7 @@ from blindheads.arguments import Parser
 from blindheads.blindness import SOFTMAXES, BlindnessReport, blindness_report
 from blindheads.modules.config import load_decoder_config
 from blindheads.modules.position import build_position
-from blindheads.numerics import DTYPES, THRESHOLDS
+from blindheads.numerics import DTYPES, LEARNING_HORIZON, THRESHOLDS
 
 MAX_HEADS = 4096
 MAX_CONTEXT = 2**40  # the fused shares are closed forms; the materialized normaliser stops where its terms vanish
@@ -45,6 +45,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "paper's definition); materialized: normalised weights, as eager and SDPA return them "
         "(each head's bias-only ln Z at the context is taken off tau)",
     )
+    parser.add_argument(
+        "--horizon",
+        type=float,
+        default=LEARNING_HORIZON,
+        help="the learning horizon H in nats: a head stops learning to read a key its bias puts more than H below "
+        "the row's largest weight (default %(default)g, the edge results/conjecture/verdict.md measured: every seed "
+        "learned at a bias of 10, none from 16)",
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--bias", help="position stack, e.g. 'alibi(wide)+clamp+log_distance' (default: alibi)")
     source.add_argument(
@@ -56,7 +64,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print one strict JSON object instead of a table (a head never blind has blind_distance null)",
+        help="print one strict JSON object instead of a table (a head never blind has blind_distance null, one "
+        "never past the horizon horizon_distance null)",
     )
     args = parser.parse_args(argv)
     if args.config is None and args.heads is None:
@@ -65,24 +74,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"--heads must be between 1 and {MAX_HEADS}, got {args.heads}")
     if args.context is not None and not 1 <= args.context <= MAX_CONTEXT:
         parser.error(f"--context must be between 1 and {MAX_CONTEXT} tokens, got {args.context}")
+    if not (math.isfinite(args.horizon) and args.horizon > 0):
+        parser.error(f"--horizon must be a finite number of nats above 0, got {args.horizon}")
     return args
 
 
 def format_table(report: BlindnessReport, spec: str) -> str:
     lines = [
         f"position: {spec}   context: {report.context}   dtype: {report.dtype}   threshold: {report.threshold}"
-        f"   tau: {report.tau:.4f}   softmax: {report.softmax}",
-        f"{'head':>4}  {'slope':>12}  {'blind beyond':>14}  {'underflow, last query':>21}  {'underflow, all pairs':>20}",
+        f"   tau: {report.tau:.4f}   softmax: {report.softmax}   learning horizon: {report.horizon:g} nats",
+        f"{'head':>4}  {'slope':>12}  {'deaf beyond':>12}  {'blind beyond':>14}  {'underflow, last query':>21}"
+        f"  {'underflow, all pairs':>20}",
     ]
+
+    def distance(value: float) -> str:
+        return "never" if math.isinf(value) else f"{value:.1f}"
+
     for i, head in enumerate(report.heads):
         slope = "-" if head.slope is None else f"{head.slope:.6g}"
-        distance = "never" if math.isinf(head.blind_distance) else f"{head.blind_distance:.1f}"
         lines.append(
-            f"{i:>4}  {slope:>12}  {distance:>14}  {head.underflow_last_query:>21.2%}"
-            f"  {head.underflow_all_pairs:>20.2%}"
+            f"{i:>4}  {slope:>12}  {distance(head.horizon_distance):>12}  {distance(head.blind_distance):>14}"
+            f"  {head.underflow_last_query:>21.2%}  {head.underflow_all_pairs:>20.2%}"
         )
     lines.append(
-        f"{'mean':>4}  {'':>12}  {'':>14}  {report.underflow_last_query:>21.2%}  {report.underflow_all_pairs:>20.2%}"
+        f"{'mean':>4}  {'':>12}  {'':>12}  {'':>14}  {report.underflow_last_query:>21.2%}"
+        f"  {report.underflow_all_pairs:>20.2%}"
     )
     return "\n".join(lines)
 
@@ -121,7 +137,7 @@ def main(argv: list[str]) -> None:
     run = settings(args)
     torch.manual_seed(args.seed)
     stack = build_position(run["spec"], run["heads"], run["context"], run["dtype"], run["threshold"])
-    report = blindness_report(stack, run["context"], run["dtype"], run["threshold"], args.softmax)
+    report = blindness_report(stack, run["context"], run["dtype"], run["threshold"], args.softmax, args.horizon)
     spec = run["spec"]
     if args.json:
         print(json.dumps(strict(report.to_dict()), allow_nan=False))

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from blindheads.arguments import Parser
-from blindheads.numerics import DTYPES
+from blindheads.numerics import DTYPES, LEARNING_HORIZON
 from blindheads.probes.outputs import head_table, write_outputs
 from blindheads.probes.published import probe
 
@@ -36,8 +36,11 @@ def main(argv: list[str]) -> dict:
     print(f"probe of {args.model}: {len(results[0].layers)} layers, lengths {sorted(args.lengths)}; results in {out}/")
     for r in results:
         shares = torch.stack([s.zero_share for s in r.layers])
+        deaf = torch.stack([s.deaf_share for s in r.layers])
         print(
-            f"  {r.length:>6} tokens: {shares.mean():.2%} of causal weights exactly zero (max head {shares.max():.2%})"
+            f"  {r.length:>6} tokens: {shares.mean():.2%} of causal weights exactly zero (max head {shares.max():.2%}),"
+            f" {deaf.mean():.2%} past the learning horizon, below e^-{LEARNING_HORIZON:g} of their row's largest"
+            f" (max head {deaf.max():.2%})"
         )
     print("\n".join(head_table(results[-1], predicted)))
     return summary

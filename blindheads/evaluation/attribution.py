@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -33,9 +34,12 @@ from torch import Tensor
 from blindheads.evaluation.answer_paths import AnswerPaths, answer_paths
 from blindheads.evaluation.recall import Episode
 from blindheads.evaluation.scoring import score_samples
+from blindheads.numerics import LEARNING_HORIZON
 
 CARRIES = 0.05  # share of the in-window episodes a head's ablation must cost for the head to carry recall
-NEAR_BLIND = 1e-6  # a weight below this is as good as blind, though not zero
+# A fact weight (absolute) below e^-H is past the learning horizon (its relative weight is below that too): as good as
+# blind for what a head learns to read, though not zero. Such a head is no carrier of the fact, as a blind one is not.
+NEAR_BLIND = math.exp(-LEARNING_HORIZON)
 
 
 def length_batches(episodes: Sequence[Episode], batch_size: int) -> Iterator[list[int]]:

@@ -21,9 +21,12 @@ def _figure(width: float, height: float):
     return figure, figure.subplots()
 
 
-def zero_share_heatmap(layers: list[ZeroStatistics], title: str = "share of causal attention weights exactly zero"):
-    """Layer x head heatmap of the share of causal weights that are exactly zero."""
-    shares = np.stack([s.zero_share.numpy() for s in layers])
+def zero_share_heatmap(
+    layers: list[ZeroStatistics], title: str = "share of causal attention weights exactly zero", deaf: bool = False
+):
+    """Layer x head heatmap of the share of causal weights that are exactly zero (``deaf``: past the learning
+    horizon, below e^-H of their row's largest)."""
+    shares = np.stack([(s.deaf_share if deaf else s.zero_share).numpy() for s in layers])
     figure, axis = _figure(1.5 + 0.5 * shares.shape[1], 1.0 + 0.3 * shares.shape[0])
     image = axis.imshow(shares, vmin=0, vmax=1, cmap="magma", aspect="auto")
     axis.set_xlabel("head")

@@ -29,25 +29,27 @@ class Score:
 
 @torch.no_grad()
 def score_samples(decoder, tokenizer, samples: list[RetrievalSample], batch_size: int = 4) -> list[Score]:
-    """Score samples of equal length together; only the answer positions go through the LM head."""
-    by_length: dict[int, list[RetrievalSample]] = defaultdict(list)
-    for sample in samples:
-        by_length[sample.length].append(sample)
+    """Score samples of equal length together; only the answer positions go through the LM head. The scores are in
+    the order of ``samples`` (so they pair with anything else measured per episode)."""
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for index, sample in enumerate(samples):
+        by_length[sample.length].append(index)
     device = next(decoder.parameters()).device
-    scores = []
+    scores: list[Score | None] = [None] * len(samples)
     for length, group in by_length.items():
         for i in range(0, len(group), batch_size):
-            batch = group[i : i + batch_size]
+            indices = group[i : i + batch_size]
+            batch = [samples[j] for j in indices]
             hidden = decoder.hidden_states(torch.stack([s.tokens for s in batch]).to(device))
-            for row, sample in enumerate(batch):
+            for row, (index, sample) in enumerate(zip(indices, batch)):
                 positions = torch.arange(sample.answer_start - 1, length, device=device)  # the answer, then after it
                 *predicted, after = decoder.lm_head(hidden[row, positions]).argmax(-1).tolist()
                 ends = not tokenizer.decode([after])[:1].isdigit()
                 exact = predicted == sample.answer_tokens.tolist() and ends
                 text = tokenizer.decode(predicted).strip()
                 digits = sum(a == b for a, b in zip(text, sample.answer)) / len(sample.answer)
-                scores.append(Score(sample, exact, digits, text))
-    return scores
+                scores[index] = Score(sample, exact, digits, text)
+    return [score for score in scores if score is not None]
 
 
 def top_share(values: Iterable) -> float:

@@ -75,6 +75,20 @@ def underflow_tag(layer: int | str, head: int | str, at: str | None = None, pref
 UNDERFLOW = _pattern(rf"underflow/(?:(?P<at>[\d.]+x)/)?layer(?P<layer>\d+){_HEAD}")
 
 
+def deaf_tag(layer: int | str, head: int | str, at: str | None = None, prefix: str = "") -> str:
+    """A head's share of causal weights past the learning horizon (below e^-H of their row's largest), as
+    ``underflow_tag`` places its share exactly zero."""
+    return f"{prefix}deaf/{f'{at}/' if at else ''}layer{layer}/head{head}"
+
+
+DEAF = _pattern(rf"deaf/(?:(?P<at>[\d.]+x)/)?layer(?P<layer>\d+){_HEAD}")
+
+
+def deaf_figure_tag(prefix: str = "") -> str:
+    """The layer x head heatmap of the share past the learning horizon."""
+    return f"{prefix}deaf/heatmap"
+
+
 def underflow_mean_tag(at: str, prefix: str = "") -> str:
     """The share exactly zero over all layers and heads at length label ``at``."""
     return f"{prefix}underflow/mean_{at}"

@@ -1,4 +1,5 @@
-"""Reduce causal attention weights to where they are exactly zero, per head, one layer at a time.
+"""Reduce causal attention weights to where they are exactly zero, and where they are past the learning horizon
+(below ``e^-H`` of their row's largest), per head, one layer at a time.
 
 Used by the underflow monitor on models being trained and by the probes of published models: each layer's
 weights (batch, heads, L, L), queries at positions 0..L-1 over keys 0..i, are reduced as they are produced, so
@@ -13,19 +14,30 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from blindheads.numerics import LEARNING_HORIZON, check_horizon
+
 
 @dataclass
 class ZeroStatistics:
-    """Per head: exact zeros and causal pairs by distance, and the farthest distance with a non-zero weight."""
+    """Per head: exact zeros, weights past the learning horizon and causal pairs by distance, and the farthest
+    distance with a non-zero weight."""
 
     zeros_by_distance: Tensor  # (heads, L) float64
     pairs_by_distance: Tensor  # (L,) float64
     farthest_nonzero: Tensor  # (heads,) long
+    deaf_by_distance: Tensor  # (heads, L) float64: weights below e^-horizon of their row's largest (zeros included)
+    horizon: float = LEARNING_HORIZON
 
     @property
     def zero_share(self) -> Tensor:
         """Share of all causal weights that are exactly zero, per head."""
         return self.zeros_by_distance.sum(-1) / self.pairs_by_distance.sum()
+
+    @property
+    def deaf_share(self) -> Tensor:
+        """Share of all causal weights below ``e^-horizon`` of their row's largest (a relative weight, exact zeros
+        included), per head: keys the head does not learn to read."""
+        return self.deaf_by_distance.sum(-1) / self.pairs_by_distance.sum()
 
     @property
     def blind_distance(self) -> Tensor:
@@ -59,16 +71,22 @@ def _causal_distances(length: int, device: torch.device) -> tuple[Tensor, Tensor
 
 
 @torch.no_grad()
-def zero_statistics(weights: Tensor) -> ZeroStatistics:
-    """Reduce causal attention weights (batch, heads, L, L) to ``ZeroStatistics``."""
+def zero_statistics(weights: Tensor, horizon: float = LEARNING_HORIZON) -> ZeroStatistics:
+    """Reduce causal attention weights (batch, heads, L, L) to ``ZeroStatistics``; ``horizon`` in nats below each
+    row's largest weight."""
     batch, heads, length, _ = weights.shape
     causal, distance = _causal_distances(length, weights.device)
-    zero = (weights == 0) & causal
-    zeros_by_distance = torch.zeros(heads, length, dtype=torch.float64, device=weights.device)
-    zeros_by_distance.index_add_(1, distance[causal], zero.sum(0)[:, causal].double())
+
+    def by_distance(selected: Tensor) -> Tensor:
+        counts = torch.zeros(heads, length, dtype=torch.float64, device=weights.device)
+        return counts.index_add_(1, distance[causal], (selected & causal).sum(0)[:, causal].double()).cpu()
+
+    # in float64, so the edge is the same whatever the weights' dtype (e^-H of a bfloat16 row max rounds)
+    edge = weights.amax(-1, keepdim=True).double() * math.exp(-check_horizon(horizon))
     farthest = _farthest_nonzero((weights != 0) & causal)
     pairs = batch * (length - torch.arange(length, device=weights.device)).double()
-    return ZeroStatistics(zeros_by_distance.cpu(), pairs.cpu(), farthest.cpu())
+    return ZeroStatistics(by_distance(weights == 0), pairs.cpu(), farthest.cpu(), by_distance(weights.double() < edge),
+                          float(horizon))  # fmt: skip
 
 
 @dataclass

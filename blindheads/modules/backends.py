@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
+from blindheads.modules.gradient_floor import floored_gradient_softmax
 from blindheads.modules.position.base import PositionStack
 
 Backend = Literal["auto", "flex", "sdpa", "eager"]
@@ -45,19 +46,27 @@ class AttentionWeights(nn.Module):
 
     It computes in ``dtype`` (the model's ``softmax_dtype``; a forward may ask for another, e.g. what a training
     precision computes in) even under autocast (which would otherwise run softmax in float32), since which weights
-    end up exactly zero is what the dtype decides.
+    end up exactly zero is what the dtype decides. With ``gradient_floor`` (nats) its backward pass sees every
+    visible weight at least ``e^-gradient_floor`` of its row's largest; its forward pass is the same.
     """
 
-    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, dtype: torch.dtype = torch.float32, gradient_floor: float | None = None) -> None:
         super().__init__()
-        self.dtype = dtype
+        self.dtype, self.gradient_floor = dtype, gradient_floor
 
     def forward(self, logits: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-        return softmax_in(logits, dtype or self.dtype)
+        return softmax_in(logits, dtype or self.dtype, self.gradient_floor)
+
+    def extra_repr(self) -> str:
+        return f"dtype={self.dtype}" + (
+            "" if self.gradient_floor is None else f", gradient_floor={self.gradient_floor}"
+        )
 
 
-def softmax_in(logits: Tensor, dtype: torch.dtype) -> Tensor:
+def softmax_in(logits: Tensor, dtype: torch.dtype, gradient_floor: float | None = None) -> Tensor:
     with torch.autocast(logits.device.type, enabled=False):
+        if gradient_floor is not None and torch.is_grad_enabled() and logits.requires_grad:
+            return floored_gradient_softmax(logits.to(dtype), gradient_floor)
         return torch.softmax(logits.to(dtype), dim=-1)
 
 

@@ -23,7 +23,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(config.hidden_size, config.num_kv_heads * config.head_size, bias=False)
         self.v_proj = nn.Linear(config.hidden_size, config.num_kv_heads * config.head_size, bias=False)
         self.o_proj = nn.Linear(config.num_heads * config.head_size, config.hidden_size, bias=False)
-        self.weights = AttentionWeights(resolve_dtype(config.softmax_dtype))
+        self.weights = AttentionWeights(resolve_dtype(config.softmax_dtype), config.gradient_floor)
 
     def forward(self, x: Tensor, position: PositionStack, backend: AttentionBackend) -> Tensor:
         batch, length, _ = x.shape

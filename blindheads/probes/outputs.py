@@ -13,7 +13,8 @@ import torch
 from blindheads.evaluation.figures import zero_share_by_distance, zero_share_heatmap
 from blindheads.probes.published import LayerStatistics
 
-CSV_COLUMNS = ["length", "layer", "head", "zero_share", "blind_distance", "predicted_normal", "predicted_subnormal"]
+CSV_COLUMNS = ["length", "layer", "head", "zero_share", "blind_distance", "predicted_normal", "predicted_subnormal",
+               "deaf_share"]  # fmt: skip
 
 
 def json_safe(value):
@@ -35,10 +36,11 @@ def write_outputs(out: Path, summary: dict, results: list[LayerStatistics], pred
         writer.writerow(CSV_COLUMNS)
         for r in results:
             for layer, stats in enumerate(r.layers):
-                for head, (share, distance) in enumerate(zip(stats.zero_share.tolist(), stats.blind_distance.tolist())):
+                columns = zip(stats.zero_share.tolist(), stats.blind_distance.tolist(), stats.deaf_share.tolist())
+                for head, (share, distance, deaf) in enumerate(columns):
                     predictions = (predicted.get(mode, [None] * (head + 1))[head] for mode in ("normal", "subnormal"))
                     writer.writerow(
-                        [r.length, layer, head, share, distance if math.isfinite(distance) else "", *predictions]
+                        [r.length, layer, head, share, distance if math.isfinite(distance) else "", *predictions, deaf]
                     )
     longest = results[-1]
     heads = len(longest.layers[0].zero_share)

@@ -11,17 +11,19 @@ differences in recall.
   handful of seeds the plain percentile interval is too narrow (a normal quantile where a t is due: about 85% at 5
   seeds where the seeds' spread is all the noise), so it is widened by Hesterberg's expansion (The American
   Statistician 69, 2015): percentiles at ``Phi(-sqrt(n / (n - 1)) t)``, ``t`` the 97.5% quantile of Student's t
-  with ``n - 1`` degrees of freedom. Redrawing episodes counts their noise a second time (the seed spread already
-  holds it), and the two setups' episodes are redrawn independently although a seed gives both the same episodes:
-  both widen the interval (identical setups get about +-0.1 at 64 episodes). Per-episode outcomes, once logged,
-  would let a seed's episodes be redrawn once for both setups: the binomial draws in ``bootstrap_interval`` are the
-  one place to change. One seed gives no interval.
+  with ``n - 1`` degrees of freedom. Where both setups of a seed kept their per-episode outcomes on the same
+  episodes (``episode_outcomes``, ``episode_sets`` in ``results.json``), a seed's episodes are redrawn **once for
+  both** (``paired``: a multinomial draw of the episodes a wins, loses and ties); else each setup's are redrawn
+  independently (a binomial each), which counts the shared episodes' noise twice and widens the interval (identical
+  setups get about +-0.1 at 64 episodes). Redrawing episodes at all counts their noise a second time beside the
+  seeds' spread. One seed gives no interval.
 - **Sign-flip p-value** (two-sided, exact): the share of the ``2^n`` sign patterns of the per-seed differences
   whose sum is at least as far from 0 as the observed one. It cannot go below ``2 / 2^n``: 0.0625 at 5 seeds.
   Reported, not used by the verdicts.
 - **t p-value and Holm** (``p_t``, ``p_holm``): the two-sided paired t-test of the per-seed differences (1 where
-  every difference is 0, 0 where all are equal and not 0), Holm-adjusted within its **family**: one pair of setups
-  at every point it is compared at (``family`` names it), the comparisons one finding reads from one pair.
+  every difference is 0; where all are equal and not 0, the t statistic is undefined and the exact sign-flip p is
+  taken), Holm-adjusted within its **family**: one pair of setups at every point it is compared at (``family``
+  names it), the comparisons one finding reads from one pair.
 - **Verdict**: ``higher`` (``lower``) where the interval lies above (below) 0, setup_a wins (loses) in more than
   half the seeds, and ``p_holm`` is below 0.05; else ``no difference shown``.
 - **Interventions at evaluation** (``evaluation/attribution.py``), each entering as a setup compared with the
@@ -65,8 +67,9 @@ HOLM = 0.05  # family-wise error rate of the verdicts
 
 
 def per_seed_recall(records: list[dict]) -> pd.DataFrame:
-    """One row per setup, seed and recall point (``distance2x``, ``gap8``): correct answers out of episodes, and
-    the point's best-constant ``baseline`` where the run logged one. ``EpisodeRecall`` logs shares: a point's
+    """One row per setup, seed and recall point (``distance2x``, ``gap8``): correct answers out of episodes, the
+    point's best-constant ``baseline`` where the run logged one, and its per-episode ``outcomes`` and
+    ``episode_set`` where the run kept them. ``EpisodeRecall`` logs shares: a point's
     episode count is its ``episodes`` tag where logged, else the smallest count every run's share there is a
     multiple of (too small only if every share happens to be coarse, which widens the interval)."""
     rows = []
@@ -85,6 +88,9 @@ def per_seed_recall(records: list[dict]) -> pd.DataFrame:
                         "exact": float(metrics[match.string]),
                         "episodes": metrics.get(recall_tag(point, "episodes", "test/")),
                         "baseline": metrics.get(recall_tag(point, "baseline", "test/")),
+                        # one 0/1 per episode, and which episodes (their sha256), where the run kept them
+                        "outcomes": (record.get("episode_outcomes") or {}).get(point, {}).get(match["part"]),
+                        "episode_set": (record.get("episode_sets") or {}).get(point),
                     }
                 )
     if not rows:
@@ -143,16 +149,15 @@ def t_quantile(p: float, df: int) -> float:
 
 
 def t_test_p(differences: np.ndarray) -> float:
-    """Two-sided p of the paired t-test that the per-seed ``differences`` average 0: 1 where all are 0, 0 where all
-    are equal and not 0 (the t-test's own limit as the spread goes to 0: every seed moved by the same amount), NaN
-    for one seed. A verdict also needs the resampled interval and most seeds, so a tie broken by one episode in
-    every seed is weighed by those too."""
+    """Two-sided p of the paired t-test that the per-seed ``differences`` average 0: 1 where all are 0, NaN for one
+    seed. Where all are equal and not 0 the t statistic has no spread to divide by (its limit, p = 0, claims more
+    than n seeds can show): the exact sign-flip p, ``2 / 2^n``, is taken instead."""
     n = len(differences)
     if n < 2:
         return math.nan
     mean, spread = float(differences.mean()), float(differences.std(ddof=1))
     if spread == 0:
-        return 1.0 if mean == 0 else 0.0
+        return 1.0 if mean == 0 else sign_flip_p(differences)
     return 1 - t_central(abs(mean) / (spread / math.sqrt(n)), n - 1)
 
 
@@ -192,17 +197,26 @@ def bootstrap_interval(
     episodes_b: np.ndarray,
     rng: np.random.Generator,
     resamples: int = 20_000,
+    paired: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[float, float]:
     """The expanded-percentile interval of the mean per-seed difference in recall, a - b, arrays indexed by seed;
-    NaN for one seed."""
+    NaN for one seed. ``paired``: per seed, the episodes a answered and b did not, and the reverse, where both
+    answered the same episodes: each seed's episodes are then redrawn once for both."""
     n = len(correct_a)
     if n < 2:
         return math.nan, math.nan
     seeds = rng.integers(0, n, size=(resamples, n))
-    a = rng.binomial(episodes_a[seeds], correct_a[seeds] / episodes_a[seeds]) / episodes_a[seeds]
-    b = rng.binomial(episodes_b[seeds], correct_b[seeds] / episodes_b[seeds]) / episodes_b[seeds]
+    if paired is None:
+        a = rng.binomial(episodes_a[seeds], correct_a[seeds] / episodes_a[seeds]) / episodes_a[seeds]
+        b = rng.binomial(episodes_b[seeds], correct_b[seeds] / episodes_b[seeds]) / episodes_b[seeds]
+        difference = a - b
+    else:
+        wins, losses = paired
+        shares = np.stack([wins, losses, episodes_a - wins - losses], axis=-1) / episodes_a[:, None]
+        drawn = rng.multinomial(episodes_a[seeds], shares[seeds])  # (resamples, n, 3): wins, losses, ties
+        difference = (drawn[..., 0] - drawn[..., 1]) / episodes_a[seeds]
     tail = 0.5 * math.erfc(math.sqrt(n / (n - 1)) * t_quantile(1 - (1 - LEVEL) / 2, n - 1) / math.sqrt(2))
-    low, high = np.quantile((a - b).mean(axis=1), [tail, 1 - tail])
+    low, high = np.quantile(difference.mean(axis=1), [tail, 1 - tail])
     return float(low), float(high)
 
 
@@ -213,6 +227,7 @@ def compare(table: pd.DataFrame, chosen: list[tuple[str, str]], seed: int = 0, r
     pair and point draws from its own generator, so a row does not depend on which others are computed."""
     if "baseline" in table:
         constant = table.dropna(subset=["baseline"]).drop_duplicates(["seed", "point"]).assign(setup=BASELINE)
+        constant = constant.assign(**{c: None for c in ("outcomes", "episode_set") if c in constant})  # no episodes
         constant["correct"] = (constant["baseline"] * constant["episodes"]).round().astype(int)
         table = pd.concat([table, constant], ignore_index=True)
         setups = dict.fromkeys(s for s in table["setup"] if s != BASELINE and plain_setup(s) == s)
@@ -228,7 +243,8 @@ def compare(table: pd.DataFrame, chosen: list[tuple[str, str]], seed: int = 0, r
             order = np.sign(ca * nb - cb * na)  # exact, in integers
             differences = ca / na - cb / nb
             rng = np.random.default_rng([seed, zlib.crc32(f"{a}|{b}|{point}".encode())])
-            low, high = bootstrap_interval(ca, na, cb, nb, rng, resamples)
+            paired = discordant(table, a, b, point, both.index)
+            low, high = bootstrap_interval(ca, na, cb, nb, rng, resamples, paired)
             rows.append(
                 {
                     "setup_a": a,
@@ -244,12 +260,35 @@ def compare(table: pd.DataFrame, chosen: list[tuple[str, str]], seed: int = 0, r
                     "p_sign_flip": sign_flip_p(differences),
                     "p_t": t_test_p(differences),
                     "family": f"{a} - {b}",
+                    "paired": paired is not None,
                 }
             )
     table = pd.DataFrame(rows)
     if not table.empty:
         table["p_holm"] = holm(table["p_t"], table["family"])
     return table
+
+
+def discordant(table: pd.DataFrame, a: str, b: str, point: str, seeds) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per seed, the episodes ``a`` answered and ``b`` did not, and the reverse, at ``point``: where every one of
+    ``seeds`` kept both setups' per-episode outcomes on the same episodes (equal ``episode_set``), else None."""
+    if "outcomes" not in table or "episode_set" not in table:
+        return None
+    rows = table[(table["point"] == point) & table["setup"].isin([a, b])].set_index(["setup", "seed"])
+    wins, losses = [], []
+    for seed in seeds:
+        if (a, seed) not in rows.index or (b, seed) not in rows.index:
+            return None
+        first, second = rows.loc[(a, seed)], rows.loc[(b, seed)]
+        same = isinstance(first["episode_set"], str) and first["episode_set"] == second["episode_set"]
+        if not (same and isinstance(first["outcomes"], str) and isinstance(second["outcomes"], str)):
+            return None
+        x, y = (np.frombuffer(o.encode(), dtype=np.uint8) - ord("0") for o in (first["outcomes"], second["outcomes"]))
+        if len(x) != len(y):
+            return None
+        wins.append(int(((x == 1) & (y == 0)).sum()))
+        losses.append(int(((x == 0) & (y == 1)).sum()))
+    return np.array(wins), np.array(losses)
 
 
 def verdicts(comparisons: pd.DataFrame) -> pd.DataFrame:

@@ -14,6 +14,8 @@ from blindheads.experiments.grid.comparisons import REFERENCE, regime_row, write
 from blindheads.experiments.grid.curves import CURVES, curves_over_training
 from blindheads.experiments.grid.figures import figures, plot_curves, plot_recall_by_distance
 from blindheads.experiments.grid.findings import write_findings
+from blindheads.experiments.grid.learning_horizon import CONTROL, TREATMENT, judge
+from blindheads.experiments.grid.learning_horizon import markdown as horizon_markdown
 from blindheads.experiments.grid.losses import write_losses
 from blindheads.experiments.grid.reports import attribution_markdown, distance_markdown, markdown
 from blindheads.experiments.grid.retrieval_comparisons import write_retrieval
@@ -60,6 +62,8 @@ def write_tables(out: Path, records: list[dict], runs_dir: Path | None = None) -
             (out / "attribution.md").write_text(attribution_markdown(distances, attributed, CARRIES))
         if compared is not None:
             write_findings(out, *compared, distances, attributed, losses)
+        if compared is not None and {CONTROL, TREATMENT} <= set(distances["setup"]):  # deaf before blind
+            (out / "learning_horizon.md").write_text(horizon_markdown(judge(compared[0], distances, records)))
     for name, (_, measured) in CURVES.items():
         curves = curves_over_training(records, name, runs_dir)
         if not curves.empty:
