@@ -39,7 +39,7 @@ def test_notebooks_are_committed_without_outputs(path):
 def test_blindness_theory_notebook(tmp_path):
     execute("01_blindness_theory.ipynb", {"heads": 8, "context": 1024, "output_dir": str(tmp_path)}, tmp_path)
     distances = pd.read_csv(tmp_path / "blind_distances.csv")
-    assert len(distances) == 17 * 4 * 2 * 8  # ALiBi-family setups in configs/position x dtypes x thresholds x heads
+    assert len(distances) == 18 * 4 * 2 * 8  # ALiBi-family setups in configs/position x dtypes x thresholds x heads
     alibi = distances.query("setup == 'alibi' and dtype == 'float32' and threshold == 'normal'")
     assert alibi["blind_distance"].iloc[0] == pytest.approx(87.3365 / 0.5, rel=1e-4)
     clamped = distances[distances["setup"].str.contains("clamp")]

@@ -82,12 +82,12 @@ def test_where_a_head_goes_blind_follows_a_hand_computed_softmax_of_its_bias(dat
             assert top_blind[blind].all() and not top_blind[seen].any() and blind.any() and seen.any()
             share = torch.tensor([p["blind_cost_share"] for p in prompts])  # l1h2 (cost 0.2) sees every key here
             assert torch.equal(share[blind], torch.full_like(share[blind], 0.5 / 0.7)) and (share[seen] == 0).all()
-            near = torch.tensor([p["near_blind_cost_share"] for p in prompts])  # below 1e-6, zero or not
+            near = torch.tensor([p["near_blind_cost_share"] for p in prompts])  # below e^-12, zero or not
             m2 = slopes[2]  # l1h2's, by the same hand softmax
             log_z2 = torch.stack(
                 [torch.logsumexp(-m2 * torch.arange(q + 1, dtype=torch.float64), 0) for q in answer_query]
             )
-            below = (log_weight < math.log(1e-6)).double() * 0.5 + (-m2 * (queries - 1) - log_z2 < math.log(1e-6)) * 0.2
+            below = (log_weight < -12.0).double() * 0.5 + (-m2 * (queries - 1) - log_z2 < -12.0) * 0.2  # the horizon
             torch.testing.assert_close(near.double(), below / 0.7, rtol=0, atol=1e-6)
             assert (near > share).any(), "some key is near-blind without being blind"
         longest = rows.max().item()

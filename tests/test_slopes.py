@@ -106,3 +106,16 @@ def test_a_component_named_twice_is_refused():
 
     with pytest.raises(ValueError, match=r"names alibi twice; a stack takes each component once"):
         build_position("alibi+alibi", 8, 256)
+
+
+def test_a_scale_multiplies_the_press_slopes_and_is_refused_where_it_would_mean_nothing():
+    """``alibi(scale=16)``: 16 heads' slopes 2^(3.5 - k/2), Press's x 16 by the formula; a scale beside the blind
+    distances that choose the slopes, or one that is no positive finite number, is refused naming it."""
+
+    slopes = build_position("alibi(scale=16)", 16, 256, "float32", "normal").components[0].slopes
+    expected = torch.tensor([2 ** (3.5 - k / 2) for k in range(16)], dtype=torch.float32)
+    assert torch.equal(slopes, expected)
+    for spec, message in (("alibi(scale=0)", "scale must be > 0"), ("alibi(scale=-2)", "scale must be > 0"),
+                          ("alibi(blind_distances=[10, 20], scale=2)", "would move the blind distances")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            build_position(spec, 2, 256, "float32", "normal")

@@ -15,8 +15,10 @@ class ALiBi(PositionComponent):
     ``slopes`` is a scheme name (``press``, the default, ``mpt``, ``steep``, ``safe``, ``wide``, ``robust``) or one
     slope per head; ``blind_distances`` instead picks slopes so head h goes blind ``D_h`` tokens back in ``dtype``
     under ``threshold`` (so it is refused beside ``slopes``). ``alibi_bias_max`` is MPT's exponent range, used by
-    ``slopes=mpt`` alone: given with any other slopes it would change nothing, and is refused. With
-    ``learnable=True`` the log-slopes are trained (slopes stay positive).
+    ``slopes=mpt`` alone: given with any other slopes it would change nothing, and is refused. ``scale``
+    multiplies the slopes (``alibi(scale=16)``: Press's x 16, the bias 256 tokens back that the default has 4,096
+    back); it is refused beside ``blind_distances``, which choose the slopes themselves. With ``learnable=True`` the
+    log-slopes are trained (slopes stay positive).
     """
 
     name = "alibi"
@@ -33,9 +35,15 @@ class ALiBi(PositionComponent):
         dtype: str = "bfloat16",
         threshold: str = "normal",
         learnable: bool = False,
+        scale: float = 1.0,
     ) -> None:
         super().__init__()
-        check_finite("alibi", alibi_bias_max=alibi_bias_max)
+        check_finite("alibi", alibi_bias_max=alibi_bias_max, scale=scale)
+        if not scale > 0:
+            raise ValueError(f"alibi scale must be > 0, got {scale}")
+        if scale != 1.0 and blind_distances is not None:
+            raise ValueError(f"alibi scale={scale} would move the blind distances ({blind_distances}) that choose the "
+                             "slopes: give one or the other")  # fmt: skip
         if blind_distances is not None and slopes is not None:
             raise ValueError(f"alibi takes slopes ({slopes}) or blind_distances ({blind_distances}), not both: the "
                              "distances choose the slopes")  # fmt: skip
@@ -57,7 +65,8 @@ class ALiBi(PositionComponent):
             blind_distances=blind_distances,
             dtype=dtype,
             threshold=threshold,
-        ).to(torch.float32)
+        )
+        initial, self.scale = (initial * scale).to(torch.float32), scale
         self.learnable = learnable
         if learnable:
             self.log_slopes = nn.Parameter(initial.log())
@@ -78,4 +87,4 @@ class ALiBi(PositionComponent):
         return -bias / self.slopes[h].to(bias.dtype)
 
     def extra_repr(self) -> str:
-        return f"scheme={self.scheme}, learnable={self.learnable}"
+        return f"scheme={self.scheme}, learnable={self.learnable}" + ("" if self.scale == 1.0 else f", scale={self.scale:g}")
