@@ -174,3 +174,21 @@ def test_records_a_partial_record_left_by_a_killed_write_is_removed_at_the_next_
         f"blindheads grid: removed {partial}, a record left part-written by a killed driver" in capsys.readouterr().err
     )
     assert sorted(p.name for p in records.iterdir()) == sorted([live.name, other.name, "alibi-seed-0.json"])
+
+
+def test_records_a_summary_folder_holding_only_its_readme_is_claimed_and_the_readme_kept(tmp_path, monkeypatch):
+    """An experiment's design and decision rule are written before its runs: a summary folder holding only that
+    README.md is taken, and the summary leaves it as it was; any other file still refuses the folder."""
+    monkeypatch.setattr(Driver, "launch", lambda self, command, run_dir: Tests().launch(command, run_dir))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_text("# the rule, stated before the runs\n")
+    grid.main(["--setups", "alibi", "--seeds", "0", "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    assert (out / "README.md").read_text() == "# the rule, stated before the runs\n"
+    assert (out / "records" / "alibi-seed-0.json").exists() and (out / "summary.md").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "README.md").write_text("notes\n")
+    (other / "summary.md").write_text("someone's table\n")
+    with pytest.raises(RunChanged, match="holds files made without a record of their options"):
+        grid.main(["--setups", "alibi", "--seeds", "0", "--runs", str(tmp_path / "runs2"), "--out", str(other)])

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from blindheads import locks
-from blindheads.experiments.driver.folders import DRIVER_LOCK, RECORDS
+from blindheads.experiments.driver.folders import DRIVER_LOCK, NOTES, RECORDS
 from blindheads.experiments.driver.records import read_json, write_json
 from blindheads.locks import RUN_LOCK
 from blindheads.packaged import CALLBACK_DEFAULTS, packaged
@@ -71,8 +71,9 @@ def summary_identity(args, config_files: list[str]) -> dict:
 
 # What a folder may hold before it is claimed. A summary folder holding only kept records takes them on: each names
 # its run's options and is checked against them one by one (``loop.complete``), so an experiment whose setups or
-# configs changed carries its finished runs into a new summary by starting one from its ``records/``.
-_UNCLAIMED = {"--out": (DRIVER_LOCK, RECORDS)}
+# configs changed carries its finished runs into a new summary by starting one from its ``records/``. Its
+# ``README.md`` is a person's (the design and decision rule, written before the runs): no summary writes or reads it.
+_UNCLAIMED = {"--out": (DRIVER_LOCK, RECORDS, NOTES)}
 
 
 def check(run_dir: Path, wanted: dict, option: str = "--runs") -> None:
