@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch; a GPU machine can set TORCH_SPEC to its own build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install constraints demo test test-fast benchmark gpu-check slurm-packages
+.PHONY: install constraints demo test test-fast benchmark benchmark-litgpt gpu-check slurm-packages
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -81,6 +81,15 @@ benchmark: install
 	$(PY) benchmarks/data_throughput.py
 	$(PY) benchmarks/training_throughput.py
 	$(PY) benchmarks/long_scoring.py --length 16384 --layers 6
+
+# Training tokens/s of ours against litgpt's GPT of the same shape (benchmarks/litgpt_throughput.py; about 2.5 min on
+# 2 cores). litgpt's pins do not resolve with ours: its wheel goes in without its dependencies (litgpt.model needs only
+# torch) into .bench/litgpt (git-ignored), which only that script puts on sys.path. The version is the script's.
+LITGPT_VERSION = $(shell sed -n 's/^LITGPT_VERSION = "\([^"]*\)".*/\1/p' benchmarks/litgpt_throughput.py)
+benchmark-litgpt: install
+	test -d .bench/litgpt/litgpt-$(LITGPT_VERSION).dist-info || { rm -rf .bench/litgpt && \
+		$(PY) -m pip install --quiet --no-deps --target .bench/litgpt litgpt==$(LITGPT_VERSION); }
+	$(PY) benchmarks/litgpt_throughput.py
 
 # On a CUDA machine (after `make install TORCH_SPEC=torch`): backends, compiled bf16 training, zero thresholds,
 # the 7B probe's memory; about 5 minutes, prints a table and writes gpu_check.json.
