@@ -100,7 +100,7 @@ def test_every_setup_is_one_config_file_and_the_laptop_overlay_adapts_it(cache_d
     """The grid knows a setup only by its file in configs/position/; each builds the model its spec says, and
     laptop.yaml's overlay makes the sliding window 128 tokens."""
     laptop = ["configs/experiments/laptop.yaml"]
-    assert set(grid.PAPER_SETUPS) <= set(setup_names()) and len(setup_names()) == 24
+    assert set(grid.PAPER_SETUPS) <= set(setup_names()) and len(setup_names()) == 25
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
         for name, spec in position_setups().items():

@@ -51,11 +51,11 @@ class DecoderConfig:
         tie_embeddings: Share the input embedding with the output projection.
         position: The position stack: components joined by ``+``, each ``NAME`` or ``NAME(ARGS)``, e.g.
             ``alibi(wide)+clamp+log_distance``, or a YAML list of such entries. Components: alibi, clamp, fire,
-            kerple_log, kerple_power, log_distance, nope, rope, sliding_window, soft_cap, step, t5_buckets
-            (docs/positions.md). Ready-made stacks: ``--config configs/position/NAME.yaml`` with NAME one of alibi,
+            kerple_log, kerple_power, log_distance, nope, rope, sandwich, sliding_window, soft_cap, step,
+            t5_buckets (docs/positions.md). Ready-made stacks: ``--config configs/position/NAME.yaml`` with NAME one of alibi,
             alibi_gradient_floor, alibi_learnable, alibi_zero_free, clamp, clamp_log_distance, fire, kerple_log, kerple_power,
-            log_distance, mpt, nope, robust, robust_clamp, rope, safe, sliding_window, soft_cap, soft_cap_before,
-            steep, t5_buckets, wide, wide_clamp, wide_clamp_log_distance.
+            log_distance, mpt, nope, robust, robust_clamp, rope, safe, sandwich, sliding_window, soft_cap,
+            soft_cap_before, steep, t5_buckets, wide, wide_clamp, wide_clamp_log_distance.
         attention: The attention kernel: ``auto`` (``flex`` on CUDA, else ``sdpa``), ``flex`` (FlexAttention; trains
             only on CUDA), ``sdpa`` or ``eager`` (the weights materialised, as the measurements use).
         softmax_dtype: The dtype the eager backend's softmax computes in.

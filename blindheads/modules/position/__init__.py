@@ -10,6 +10,7 @@ from blindheads.modules.position.log_distance import LogDistance
 from blindheads.modules.position.nope import NoPE
 from blindheads.modules.position.registry import COMPONENTS, PositionSpec, build_position
 from blindheads.modules.position.rope import RoPE
+from blindheads.modules.position.sandwich import Sandwich
 from blindheads.modules.position.sliding_window import SlidingWindow
 from blindheads.modules.position.soft_cap import SoftCap
 from blindheads.modules.position.step import Step
@@ -28,6 +29,7 @@ __all__ = [
     "PositionSpec",
     "PositionStack",
     "RoPE",
+    "Sandwich",
     "SlidingWindow",
     "SoftCap",
     "Step",
