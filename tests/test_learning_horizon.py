@@ -82,3 +82,4 @@ def test_readers_count_heads_whose_absolute_fact_weight_reaches_one_percent_and_
     text = markdown(verdict(tmp_path, runs))
     assert text.startswith("**small weights cost learning")
     assert "| 0.90625x | +0.102 |" in text and "| alibi_gradient_floor | 2.0 | 2.0 |" in text
+    assert "| 0 | 0.949 | 0.500 | 0.949 | 0.602 |" in text  # per seed: alibi near, far, then the floor's

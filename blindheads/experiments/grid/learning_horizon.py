@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from blindheads.evaluation.tags import RECALL, at_stage, distance_point
@@ -47,6 +48,7 @@ class Verdict:
     near: str | None = None
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # the comparisons it read, p_holm over the family
     readers: pd.DataFrame = field(default_factory=pd.DataFrame)  # setup x point: mean heads reading the fact
+    seeds: pd.DataFrame = field(default_factory=pd.DataFrame)  # per seed: each arm's recall at the near and far point
 
 
 def in_window_points(distances: pd.DataFrame) -> dict[str, float]:
@@ -73,6 +75,14 @@ def readers(records: list[dict], threshold: float = READS) -> pd.DataFrame:
     return pd.DataFrame(rows).groupby(["setup", "point"], sort=False)["readers"].mean().reset_index()
 
 
+def per_seed(distances: pd.DataFrame, near: float, far: float) -> pd.DataFrame:
+    """Per seed, each arm's exact recall at the near and the far point (a grid whose seeds split into ones that learn
+    and ones that do not shows it here, where means hide it)."""
+    at = distances[distances["setup"].isin([CONTROL, TREATMENT]) & distances["factor"].isin([near, far])]
+    table = at.assign(where=np.where(at["factor"] == near, "near", "far"))
+    return table.pivot_table(index="seed", columns=["setup", "where"], values="exact").sort_index()
+
+
 def judge(comparisons: pd.DataFrame, distances: pd.DataFrame, records: list[dict]) -> Verdict:
     """The verdict of the module's rule."""
     setups = set(distances["setup"])
@@ -93,7 +103,8 @@ def judge(comparisons: pd.DataFrame, distances: pd.DataFrame, records: list[dict
     control = comparisons[(comparisons["setup_a"] == CONTROL) & (comparisons["setup_b"] == BASELINE)]
     learns = rule_verdicts(control.reset_index(drop=True)).set_index("point")["verdict"].get(near) == "higher"
     found = readers(records)
-    verdict = {"far": far, "near": near, "rows": rows.reset_index(drop=True), "readers": found}
+    verdict = {"far": far, "near": near, "rows": rows.reset_index(drop=True), "readers": found,
+               "seeds": per_seed(distances, factors[near], factors[far])}  # fmt: skip
     if not learns:
         return Verdict("not decidable", f"{CONTROL} is not above the best constant answer at {near}", **verdict)
     d_far, d_near = at.loc[far], at.loc[near]
@@ -123,6 +134,13 @@ def markdown(verdict: Verdict) -> str:
                 f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}] | {row['wins']}/{row['ties']}/{row['losses']} | "
                 f"{row['p_holm']:.3g} | {'yes' if row.get('paired') else 'no'} |"
             )
+    if not verdict.seeds.empty:
+        columns = [(setup, where) for setup in (CONTROL, TREATMENT) for where in ("near", "far")]
+        lines += ["", f"Per seed, exact recall at the near point ({verdict.near}) and the far point ({verdict.far}):", "",
+                  "| seed | " + " | ".join(f"{s} {w}" for s, w in columns) + " |", "|---" * (len(columns) + 1) + "|"]  # fmt: skip
+        for seed, row in verdict.seeds.iterrows():
+            cells = [f"{row[c]:.3f}" if c in row.index and pd.notna(row[c]) else "-" for c in columns]
+            lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     if not verdict.readers.empty:
         wide = verdict.readers.pivot(index="setup", columns="point", values="readers")
         lines += ["", f"Heads reading the fact (mean absolute fact weight >= {READS}), mean over seeds:", "",
