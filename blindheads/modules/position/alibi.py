@@ -87,4 +87,6 @@ class ALiBi(PositionComponent):
         return -bias / self.slopes[h].to(bias.dtype)
 
     def extra_repr(self) -> str:
-        return f"scheme={self.scheme}, learnable={self.learnable}" + ("" if self.scale == 1.0 else f", scale={self.scale:g}")
+        return f"scheme={self.scheme}, learnable={self.learnable}" + (
+            "" if self.scale == 1.0 else f", scale={self.scale:g}"
+        )
