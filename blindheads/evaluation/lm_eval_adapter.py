@@ -1,7 +1,12 @@
-"""An lm-evaluation-harness model for blindheads decoders: ``lm_eval`` tasks on Lightning checkpoints.
+"""An lm-evaluation-harness model for blindheads decoders: ``lm_eval`` tasks on Lightning checkpoints, or on the
+folders ``blindheads export`` writes (``export_dir=DIR``: model and tokenizer from the folder, loaded with the
+package's registered classes, no remote code run; lm-eval's own ``hf`` model needs ``accelerate``, which this
+project does not install).
 
     blindheads lm_eval --model blindheads --model_args ckpt_path=runs/alibi/version_0/checkpoints/last.ckpt \\
         --tasks hellaswag,arc_easy,arc_challenge,piqa,winogrande,openbookqa,sciq,lambada_openai
+    blindheads lm_eval --model blindheads --model_args export_dir=exported/demo,max_length=2048 \\
+        --tasks ruler_niah_single_1 --include_path configs/lm_eval
 
 Contexts longer than the evaluation window keep their most recent tokens (``max_length``, by default the model's
 training context length).
@@ -10,8 +15,15 @@ training context length).
 from __future__ import annotations
 
 import inspect
+import json
 import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
+# The harness's own models (hf, vllm, ...) first: lm-eval fills its model registry only while it is empty, so ours
+# registered alone would leave `--model hf` unknown to `blindheads lm_eval`.
+import lm_eval.models  # noqa: F401
 import torch
 import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
@@ -21,6 +33,35 @@ from tqdm import tqdm
 
 from blindheads.checkpoints.reading import load_checkpoint
 from blindheads.checkpoints.rebuild import checkpoint_decoder, checkpoint_tokenizer
+from blindheads.datamodules.tokenizer import default_cache_dir, load_tokenizer
+
+if TYPE_CHECKING:  # for annotations only
+    from transformers import PreTrainedModel
+
+
+class ExportedDecoder(torch.nn.Module):
+    """An exported folder's causal LM as the adapter calls a decoder: token ids in, logits out, and the context
+    length it was trained at (``config.context_length``, from ``max_position_embeddings``)."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+        self.config = SimpleNamespace(context_length=model.config.max_position_embeddings)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=tokens, use_cache=False).logits
+
+
+def exported_decoder(folder: str) -> ExportedDecoder:
+    """The model of an export folder (a blindheads model's config checked against its weights first, one line)."""
+    from transformers import AutoModelForCausalLM
+
+    import blindheads.export.hf  # registers exported blindheads models: no remote code, no prompt
+
+    config = Path(folder) / "config.json"
+    if config.is_file() and json.loads(config.read_text()).get("model_type") == "blindheads":
+        blindheads.export.hf.check_export(Path(folder))
+    return ExportedDecoder(AutoModelForCausalLM.from_pretrained(folder))
 
 
 @register_model("blindheads")
@@ -30,6 +71,7 @@ class BlindheadsLM(TemplateLM):
     def __init__(
         self,
         ckpt_path: str | None = None,
+        export_dir: str | None = None,
         decoder=None,
         tokenizer=None,
         batch_size: int | str = 8,
@@ -40,13 +82,20 @@ class BlindheadsLM(TemplateLM):
         super().__init__()
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             device = "cpu"  # lm_eval's CLI asks for cuda by default
+        if ckpt_path is not None and export_dir is not None:
+            raise ValueError("give model_args ckpt_path=PATH (a checkpoint) or export_dir=DIR (an export), not both")
+        if export_dir is not None:  # an export: its tokenizer unless another is named
+            decoder = exported_decoder(str(export_dir)).to(device)
+            tokenizer = load_tokenizer(
+                tokenizer if isinstance(tokenizer, str) else str(export_dir), default_cache_dir()
+            )
         if ckpt_path is not None:
             checkpoint = load_checkpoint(ckpt_path)  # once: weights and tokenizer settings from the same load
             decoder = checkpoint_decoder(checkpoint, ckpt_path).to(device)
             if tokenizer is None or isinstance(tokenizer, str):  # a name or path given, else the run's own
                 tokenizer = checkpoint_tokenizer(checkpoint, tokenizer)
         if decoder is None or tokenizer is None:
-            raise ValueError("give model_args ckpt_path=PATH (or a decoder and its tokenizer)")
+            raise ValueError("give model_args ckpt_path=PATH or export_dir=DIR (or a decoder and its tokenizer)")
         self.decoder, self.tokenizer = decoder.eval(), tokenizer
         self._device = next(decoder.parameters()).device
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
