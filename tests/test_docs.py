@@ -81,10 +81,36 @@ def test_the_docs_name_commands_at_all_and_only_real_subcommands():
         assert not unknown, f"{page.name} names subcommands that do not exist: {unknown}"
 
 
-@pytest.mark.parametrize("page", ["README.md", "results/README.md"])
-@pytest.mark.parametrize("grid", ["recall_by_distance", "in_window"])
-def test_the_findings_shown_are_the_ones_the_grid_wrote(page, grid):
-    """The verdicts a reader sees are the grids' ``findings.md`` tables, word for word: none typed by hand."""
+def findings_table(grid: str) -> str:
+    """The table of a grid's generated ``findings.md``."""
     written = (REPO / "results" / grid / "findings.md").read_text()
-    table = "\n".join(line for line in written.splitlines() if line.startswith("|"))
-    assert table.count("\n") >= 6 and table in (REPO / page).read_text()
+    return "\n".join(line for line in written.splitlines() if line.startswith("|"))
+
+
+def section(page: Path, title: str) -> str:
+    """The text under ``## title`` up to the next ``## `` heading."""
+    text = page.read_text()
+    assert f"\n## {title}\n" in text, f"{page.name} has no section {title!r}"
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("grid", ["recall_by_distance", "in_window"])
+def test_the_findings_shown_are_the_ones_the_grid_wrote(grid):
+    """The verdicts a reader sees are the grids' ``findings.md``: results/README.md holds each table word for word
+    (none typed by hand), and the README links each grid's file and gives one short line per finding it judges."""
+    table = findings_table(grid)
+    assert table.count("\n") >= 6 and table in (REPO / "results/README.md").read_text()
+    decides = section(REPO / "README.md", "What the grid decides")
+    assert f"](results/{grid}/findings.md)" in decides
+    numbers = re.findall(r"^\| (\d+)\. ", table, re.M)
+    lines = [line for line in decides.splitlines() if re.match(r"\d+\. ", line)]
+    assert [line.split(".")[0] for line in lines] == numbers, lines
+    assert all(len(line) <= 120 for line in lines), [line for line in lines if len(line) > 120]
+
+
+def test_the_readme_is_a_front_page():
+    """At most 200 lines, no table cell over 300 characters; the long reading lives in results/README.md."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, len(lines)
+    cells = [cell for line in lines if line.startswith("|") for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+    assert cells and max(map(len, cells)) <= 300, max(cells, key=len)
