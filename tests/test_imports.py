@@ -28,8 +28,9 @@ FLOORS = [
     {"blindness"},
     {"datamodules"},
     {"checkpoints"},
+    {"export"},  # the Hugging Face folders: read back by the lm-eval adapter and the probes
     {"evaluation"},
-    {"analysis", "callbacks", "export", "runs"},
+    {"analysis", "callbacks", "runs"},
     {"experiments", "probes"},
     {"cli", "__main__"},
 ]
