@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-PATH = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
+from support.runs import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["gpu_check"]
+    with benchmark_module("gpu_check") as module:
+        yield module
 
 
 @pytest.mark.slow

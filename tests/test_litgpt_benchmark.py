@@ -4,26 +4,19 @@ prints, and a timed training step of each gives a finite loss. Ours always; litg
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from support.runs import benchmark_module
 
-PATH = Path(__file__).parents[1] / "benchmarks" / "litgpt_throughput.py"
 TINY = ["--layers", "2", "--hidden", "64", "--heads", "4", "--length", "32", "--vocab", "128", "--batch", "2",
         "--steps", "1", "--warmup", "1", "--repeats", "1"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("litgpt_throughput", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["litgpt_throughput"] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["litgpt_throughput"]
+    with benchmark_module("litgpt_throughput") as module:
+        yield module
 
 
 def tiny_shape(bench, tie=False):

@@ -4,6 +4,7 @@ TensorBoard logs."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import os
 import shutil
@@ -15,6 +16,22 @@ from blindheads.analysis.runs import run_dirs
 from blindheads.analysis.runs import scalars as run_scalars
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def benchmark_module(name: str):
+    """``benchmarks/NAME.py`` imported as module ``NAME`` (its dataclasses look their module up in ``sys.modules``),
+    removed again afterwards."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[name]
+
+
 TESTS = Path(__file__).resolve().parents[1]  # on the path of every CLI subprocess: class paths support.NAME resolve
 
 
